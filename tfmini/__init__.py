@@ -1,0 +1,20 @@
+"""tfmini: attention and Transformer building blocks, derived in the tfmini course and tested against PyTorch.
+
+Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:`~tfmini.positional`,
+:mod:`~tfmini.layers`, :mod:`~tfmini.rnn`, :mod:`~tfmini.model`, :mod:`~tfmini.decoding`,
+:mod:`~tfmini.data`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
+"""
+from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
+                        masked_softmax, scaled_dot_product_attention)
+from .data import (Batches, Vocab, copy_task, encode_pairs, load_parallel_tsv, number_words, pad_sequences,
+                   reverse_task, sort_task, spelled_numbers)
+from .decoding import beam_search, greedy_decode, sample, select_batch
+from .layers import DecoderLayer, EncoderLayer, FeedForward
+from .masks import attention_mask, causal_mask, pad_mask, padding_mask
+from .model import Decoder, DecoderOnlyLM, Encoder, TokenEmbedding, Transformer, TransformerConfig
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding
+from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
+from .train import (History, batch_loss, default_device, evaluate, fit, sequence_accuracy, set_seed,
+                    token_accuracy, transformer_lr, warmup_schedule)
+
+__version__ = "0.1.0"

@@ -1,0 +1,278 @@
+"""Attention: scoring functions, Bahdanau's additive attention, scaled dot-product and multi-head attention.
+
+Shapes: B batch, T queries (target length), S keys (source length), D d_model,
+H heads, Dh = D / H head width, Dk key width, Dv value width.
+Masks are bool, True = may attend (see :mod:`tfmini.masks`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from ._checks import check_3d, check_bool_mask, check_mask_broadcasts
+
+__all__ = [
+    "masked_softmax", "DotScore", "BilinearScore", "AdditiveScore", "BahdanauAttention",
+    "scaled_dot_product_attention", "MultiHeadAttention",
+]
+
+
+def masked_softmax(scores: torch.Tensor, mask: Optional[torch.Tensor] = None, dim: int = -1) -> torch.Tensor:
+    """Softmax over ``dim`` that gives masked positions exactly zero weight.
+
+    Masked scores are filled with the most negative finite number of the compute dtype (not
+    ``-inf`` and not ``-1e9``, which overflows in fp16). Half-precision scores are softmaxed in
+    float32. A row in which every position is masked gets all-zero weights instead of NaN.
+
+    Args:
+        scores: ``(..., S)`` real scores.
+        mask: bool, broadcastable to ``scores``; True = may attend.
+
+    Returns:
+        weights of the shape of ``scores`` in the compute dtype (float32 for fp16/bf16 scores).
+    """
+    s = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+    if mask is None:
+        return torch.softmax(s, dim=dim)
+    check_bool_mask(mask, "mask")
+    s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    # A fully masked row would softmax to a uniform distribution over forbidden keys: zero it.
+    return torch.softmax(s, dim=dim).masked_fill(~mask, 0.0)
+
+
+class DotScore(nn.Module):
+    r"""Dot-product score :math:`a(\mathbf q, \mathbf k) = \mathbf q^\top \mathbf k` (optionally divided by :math:`\sqrt{d}`).
+
+    No parameters; query and key must have the same width.
+
+    Shape: query ``(B, T, D)``, keys ``(B, S, D)`` -> scores ``(B, T, S)``.
+    """
+
+    def __init__(self, scaled: bool = False):
+        super().__init__()
+        self.scaled = scaled
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        if query.shape[-1] != keys.shape[-1]:
+            raise ValueError(
+                f"keys: expected width {query.shape[-1]} (the query width), got shape {tuple(keys.shape)}"
+            )
+        scores = query @ keys.transpose(-2, -1)  # (B, T, S)
+        return scores / math.sqrt(query.shape[-1]) if self.scaled else scores
+
+
+class BilinearScore(nn.Module):
+    r"""Bilinear ("general") score :math:`a(\mathbf q, \mathbf k) = \mathbf q^\top W \mathbf k` (Luong et al., 2015).
+
+    ``d_query * d_key`` parameters; query and key widths may differ.
+
+    Shape: query ``(B, T, Dq)``, keys ``(B, S, Dk)`` -> scores ``(B, T, S)``.
+    """
+
+    def __init__(self, d_query: int, d_key: int):
+        super().__init__()
+        self.W = nn.Linear(d_key, d_query, bias=False)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return query @ self.W(keys).transpose(-2, -1)  # (B, T, S)
+
+
+class AdditiveScore(nn.Module):
+    r"""Additive (MLP) score :math:`a(\mathbf q, \mathbf k) = \mathbf v^\top \tanh(W_q \mathbf q + W_k \mathbf k + \mathbf b)` (Bahdanau et al., 2015).
+
+    ``(d_query + d_key + 2) * d_hidden`` parameters.
+
+    Shape: query ``(B, T, Dq)``, keys ``(B, S, Dk)`` -> scores ``(B, T, S)``.
+    """
+
+    def __init__(self, d_query: int, d_key: int, d_hidden: int):
+        super().__init__()
+        self.W_q = nn.Linear(d_query, d_hidden, bias=False)
+        self.W_k = nn.Linear(d_key, d_hidden, bias=True)
+        self.v = nn.Linear(d_hidden, 1, bias=False)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.W_q(query)[:, :, None, :] + self.W_k(keys)[:, None, :, :])  # (B, T, S, Dh)
+        return self.v(hidden).squeeze(-1)  # (B, T, S)
+
+
+class BahdanauAttention(nn.Module):
+    r"""One step of Bahdanau attention, eqs. (6)-(8) of the lecture notes.
+
+    .. math::
+        e_{lt} = a(\mathbf h^d_{l-1}, \mathbf f_t), \quad
+        \alpha_l = \mathrm{softmax}(\mathbf e_l), \quad
+        \mathbf v_l = \sum_t \alpha_{lt} \mathbf f_t
+
+    with the additive score :class:`AdditiveScore`.
+
+    Args:
+        d_query: width of the decoder state used as query.
+        d_key: width of the encoder features ``f_t`` (keys and values).
+        d_hidden: width of the score MLP.
+
+    Shape:
+        query ``(B, Dq)``, features ``(B, S, Dk)``, mask bool ``(B, S)`` (True = real token)
+        -> context ``(B, Dk)``, weights ``(B, S)``.
+    """
+
+    def __init__(self, d_query: int, d_key: int, d_hidden: int):
+        super().__init__()
+        self.score = AdditiveScore(d_query, d_key, d_hidden)
+
+    def forward(self, query: torch.Tensor, features: torch.Tensor,
+                mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        if query.dim() != 2 or query.shape[-1] != self.score.W_q.in_features:
+            raise ValueError(f"query: expected shape (B, {self.score.W_q.in_features}), got {tuple(query.shape)}")
+        check_3d(features, "features", self.score.W_k.in_features)
+        if mask is not None:
+            check_mask_broadcasts(mask, tuple(features.shape[:2]), "mask")
+        scores = self.score(query[:, None, :], features)[:, 0]  # (B, S)
+        weights = masked_softmax(scores, mask).to(features.dtype)  # (B, S)
+        context = (weights[:, :, None] * features).sum(dim=1)  # (B, Dk)
+        return context, weights
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or not x.dtype.is_floating_point:
+            got = f"shape {tuple(x.shape)}, dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name}: expected a floating tensor of shape (..., L, width), got {got}")
+        if x.shape[-2] == 0 or any(n == 0 for n in x.shape[:-2]):
+            raise ValueError(f"{name}: expected a non-empty batch and sequence, got shape {tuple(x.shape)}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k: expected width Dk={q.shape[-1]} to match q, got shape {tuple(k.shape)} (q {tuple(q.shape)})")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v: expected S={k.shape[-2]} positions to match k, got shape {tuple(v.shape)} (k {tuple(k.shape)})")
+    if q.shape[:-2] != k.shape[:-2] or v.shape[:-2] != k.shape[:-2]:
+        raise ValueError(
+            f"k, v: expected leading (batch) dimensions {tuple(q.shape[:-2])} as in q, "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v: expected one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 attn_mask: Optional[torch.Tensor] = None,
+                                 dropout_p: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Scaled dot-product attention, eq. (9) of the lecture notes, written out explicitly.
+
+    .. math:: \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V
+
+    This is the reference ("math") path: it returns the attention weights. Scores of fp16/bf16
+    inputs are computed and softmaxed in float32. A query that may attend to nothing gets zero
+    weights and a zero output.
+
+    Args:
+        q: ``(..., T, Dk)`` queries.
+        k: ``(..., S, Dk)`` keys.
+        v: ``(..., S, Dv)`` values.
+        attn_mask: bool, broadcastable to ``(..., T, S)``; True = may attend.
+        dropout_p: dropout on the weights used for the output (the returned weights are before dropout).
+
+    Returns:
+        ``(out, weights)``: ``(..., T, Dv)`` and ``(..., T, S)``.
+    """
+    _check_qkv(q, k, v)
+    if attn_mask is not None:
+        check_mask_broadcasts(attn_mask, (*q.shape[:-1], k.shape[-2]))
+    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    scores = (q.to(compute) @ k.to(compute).transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (..., T, S)
+    weights = masked_softmax(scores, attn_mask)
+    used = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    out = used.to(v.dtype) @ v  # (..., T, Dv)
+    return out, weights.to(v.dtype)
+
+
+def _fused_attention(q, k, v, attn_mask, dropout_p):
+    """``F.scaled_dot_product_attention`` with tfmini's guarantee for fully masked rows (zeros, not NaN)."""
+    if attn_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    row_ok = attn_mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+    if bool(row_ok.all()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask | ~row_ok, dropout_p=dropout_p)
+    return out.masked_fill(~row_ok, 0.0)
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head attention (Vaswani et al., 2017), batch-first.
+
+    .. math::
+        \mathrm{head}_i = \mathrm{Attention}(Q W^Q_i, K W^K_i, V W^V_i), \quad
+        \mathrm{MHA}(Q, K, V) = [\mathrm{head}_1; \dots; \mathrm{head}_H] W^O
+
+    All heads are computed at once: project to ``D``, split into ``H`` heads of width ``D / H``
+    and treat heads as a batch axis. With ``need_weights=False`` the fused
+    ``F.scaled_dot_product_attention`` kernel is used; with ``need_weights=True`` the explicit
+    :func:`scaled_dot_product_attention` (both give the same output).
+
+    Args:
+        d_model: model width ``D``.
+        num_heads: number of heads ``H``; must divide ``d_model``.
+        dropout: dropout on the attention weights (training only).
+        bias: whether the four projections have biases.
+
+    Shape:
+        query ``(B, T, D)``, key and value ``(B, S, D)``, attn_mask bool broadcastable to
+        ``(B, H, T, S)`` -> out ``(B, T, D)``, weights ``(B, H, T, S)`` or None.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model: expected a multiple of num_heads={num_heads}, got d_model={d_model} "
+                f"(d_model % num_heads = {d_model % num_heads if num_heads else 'undefined'})"
+            )
+        self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        return rearrange(x, "b t (h dh) -> b h t dh", h=self.num_heads)  # (B, H, T, Dh)
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Project keys and values and split heads: ``(B, S, D)`` -> two ``(B, H, S, Dh)``.
+
+        Exposed so that a decoder can cache them (see :mod:`tfmini.decoding`).
+        """
+        check_3d(key, "key", self.d_model)
+        check_3d(value, "value", self.d_model)
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"value: expected (B, S) = {tuple(key.shape[:2])} as in key, got shape {tuple(value.shape)}")
+        return self._split(self.k_proj(key)), self._split(self.v_proj(value))
+
+    def attend(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               attn_mask: Optional[torch.Tensor] = None,
+               need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Attend from ``query (B, T, D)`` to already projected ``k, v (B, H, S, Dh)``."""
+        check_3d(query, "query", self.d_model)
+        if query.shape[0] != k.shape[0]:
+            raise ValueError(f"key: expected batch size {query.shape[0]} as in query, got {k.shape[0]}")
+        B, T, _ = query.shape
+        if attn_mask is not None:
+            check_mask_broadcasts(attn_mask, (B, self.num_heads, T, k.shape[2]))
+        q = self._split(self.q_proj(query))  # (B, H, T, Dh)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p=p)
+        else:
+            out, weights = _fused_attention(q, k, v, attn_mask, p), None
+        out = rearrange(out, "b h t dh -> b t (h dh)")  # (B, T, D)
+        return self.out_proj(out), weights
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attn_mask: Optional[torch.Tensor] = None,
+                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        check_3d(query, "query", self.d_model)
+        k, v = self.project_kv(key, value)
+        return self.attend(query, k, v, attn_mask, need_weights)

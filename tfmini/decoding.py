@@ -1,0 +1,152 @@
+"""Decoding: greedy search, sampling and beam search, with or without a KV cache.
+
+Works with every model that has the two decoding methods
+``start_decoding(inputs) -> state`` and ``decode_next(ys, state, use_cache) -> logits (B, V)``:
+:class:`~tfmini.model.Transformer`, :class:`~tfmini.model.DecoderOnlyLM` and the RNN
+encoder-decoders of :mod:`tfmini.rnn`. ``state`` is a nest of dicts/lists of batch-first tensors,
+so beam search can reorder it with :func:`select_batch`.
+
+For an encoder-decoder model ``inputs`` is the source ``(B, S)`` and decoding starts from BOS;
+for a decoder-only model ``inputs`` is the prompt ``(B, P)``. All functions return only the
+generated tokens ``(B, L)`` (no BOS, no prompt), padded with ``pad_id`` after EOS.
+
+Shapes: B batch, K beam size, V vocabulary, t tokens so far, L generated length.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["select_batch", "greedy_decode", "sample", "beam_search"]
+
+
+def select_batch(state, index: torch.Tensor):
+    """Index every tensor in a nest of dicts/lists/tuples along its first (batch) dimension."""
+    if isinstance(state, torch.Tensor):
+        return state.index_select(0, index)
+    if isinstance(state, dict):
+        return {k: select_batch(v, index) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(select_batch(v, index) for v in state)
+    return state
+
+
+def _start(model, inputs: torch.Tensor, bos_id: Optional[int]):
+    if inputs.dim() != 2 or inputs.shape[0] == 0 or inputs.shape[1] == 0:
+        raise ValueError(f"inputs: expected non-empty token ids of shape (B, S), got {tuple(inputs.shape)}")
+    state = model.start_decoding(inputs)
+    if getattr(model, "decoder_only", False):
+        return state, inputs
+    if bos_id is None:
+        raise ValueError("bos_id: expected the BOS token id for an encoder-decoder model, got None")
+    return state, torch.full((inputs.shape[0], 1), bos_id, dtype=torch.long, device=inputs.device)
+
+
+def _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache,
+          pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    if max_len < 1:
+        raise ValueError(f"max_len: expected >= 1, got {max_len}")
+    state, ys = _start(model, inputs, bos_id)
+    start = ys.shape[1]
+    finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=ys.device)
+    for _ in range(max_len):
+        nxt = pick(model.decode_next(ys, state, use_cache))  # (B,)
+        nxt = nxt.masked_fill(finished, pad_id)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
+        if eos_id is not None:
+            finished |= nxt == eos_id
+            if bool(finished.all()):
+                break
+    return ys[:, start:]
+
+
+@torch.no_grad()
+def greedy_decode(model, inputs: torch.Tensor, max_len: int, bos_id: Optional[int] = None,
+                  eos_id: Optional[int] = None, pad_id: int = 0, use_cache: bool = True) -> torch.Tensor:
+    """Pick the most probable token at every step.
+
+    Args:
+        model: an encoder-decoder or decoder-only tfmini model (in eval mode).
+        inputs: source ``(B, S)`` or prompt ``(B, P)``.
+        max_len: maximum number of generated tokens.
+        bos_id: start token (encoder-decoder models).
+        eos_id: stop token; a finished sequence is padded with ``pad_id``.
+        use_cache: reuse keys and values of earlier positions (same result, less work).
+
+    Returns:
+        generated ids ``(B, L)``, ``L <= max_len``.
+    """
+    return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, lambda z: z.argmax(-1))
+
+
+@torch.no_grad()
+def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, top_k: Optional[int] = None,
+           bos_id: Optional[int] = None, eos_id: Optional[int] = None, pad_id: int = 0,
+           generator: Optional[torch.Generator] = None, use_cache: bool = True) -> torch.Tensor:
+    """Sample each token from ``softmax(logits / temperature)``, optionally restricted to the ``top_k`` best.
+
+    Same arguments and result as :func:`greedy_decode`; ``generator`` makes it reproducible.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature: expected > 0 (use greedy_decode for temperature 0), got {temperature}")
+
+    def pick(logits):
+        logits = logits.float() / temperature
+        if top_k is not None:
+            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
+
+    return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, pick)
+
+
+@torch.no_grad()
+def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, bos_id: Optional[int] = None,
+                eos_id: Optional[int] = None, pad_id: int = 0, length_penalty: float = 0.0,
+                use_cache: bool = True) -> torch.Tensor:
+    r"""Keep the ``beam_size`` most probable prefixes at every step; return the best finished one.
+
+    Hypotheses are ranked by total log-probability divided by the length penalty
+    :math:`((5 + L) / 6)^\alpha` of Wu et al. (2016), :math:`\alpha` = ``length_penalty``
+    (0 = no normalisation). With ``beam_size=1`` this is exactly greedy decoding.
+
+    Returns:
+        the best hypothesis per batch element, ``(B, L)``.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size: expected >= 1, got {beam_size}")
+    if max_len < 1:
+        raise ValueError(f"max_len: expected >= 1, got {max_len}")
+    state, ys = _start(model, inputs, bos_id)
+    B, K, start, device = ys.shape[0], beam_size, ys.shape[1], ys.device
+    expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
+    state, ys = select_batch(state, expand), ys[expand]
+    scores = torch.zeros(B, K, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one
+    finished = torch.zeros(B * K, dtype=torch.bool, device=device)
+    lengths = torch.zeros(B * K, device=device)
+    for _ in range(max_len):
+        logp = F.log_softmax(model.decode_next(ys, state, use_cache).float(), dim=-1)  # (B*K, V)
+        V = logp.shape[-1]
+        # A finished hypothesis can only be extended by padding, at no cost.
+        logp[finished] = float("-inf")
+        logp[finished, pad_id] = 0.0
+        cand = (scores.reshape(-1, 1) + logp).reshape(B, K * V)
+        scores, idx = cand.topk(K, dim=-1)  # (B, K)
+        beam, tok = idx // V, idx % V
+        rows = (torch.arange(B, device=device)[:, None] * K + beam).reshape(-1)  # (B*K,)
+        lengths = lengths[rows] + (~finished[rows]).float()
+        finished = finished[rows]
+        tok = tok.reshape(-1)
+        ys = torch.cat([ys[rows], tok[:, None]], dim=1)
+        state = select_batch(state, rows)
+        if eos_id is not None:
+            finished = finished | (tok == eos_id)
+            if bool(finished.all()):
+                break
+    if length_penalty:
+        scores = scores / ((5.0 + lengths.reshape(B, K)) / 6.0) ** length_penalty
+    best = torch.arange(B, device=device) * K + scores.argmax(dim=-1)
+    return ys[best, start:]

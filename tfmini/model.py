@@ -1,0 +1,251 @@
+"""Full models: the encoder-decoder Transformer and a decoder-only language model, from one config.
+
+Shapes: B batch, S source length, T target length, D d_model, V vocabulary size.
+Token sequences are right-padded with ``config.pad_id``; a target sequence starts with BOS.
+
+Both models support incremental decoding for :mod:`tfmini.decoding` through two methods:
+``start_decoding(...) -> state`` and ``decode_next(ys, state, use_cache) -> logits (B, V)``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+from torch import nn
+
+from ._checks import check_token_ids
+from .layers import DecoderLayer, EncoderLayer
+from .masks import attention_mask, causal_mask
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+
+__all__ = ["TransformerConfig", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM"]
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of :class:`Transformer` and :class:`DecoderOnlyLM`.
+
+    Args:
+        vocab_size: target vocabulary (the only vocabulary of a decoder-only model).
+        src_vocab_size: source vocabulary; defaults to ``vocab_size``.
+        d_model, num_heads, d_ff, dropout: as in the paper; ``d_ff`` defaults to ``4 * d_model``.
+        num_encoder_layers, num_decoder_layers: stack depths (a decoder-only model uses the latter).
+        max_len: longest sequence the positional encoding covers.
+        norm_first: False = post-LN (the paper), True = pre-LN (with a final LayerNorm per stack).
+        positional: ``"sinusoidal"`` or ``"learned"``.
+        tie_weights: share the target embedding matrix with the output projection.
+        activation: ``"relu"`` or ``"gelu"`` in the feed-forward networks.
+        pad_id: id of the padding token (masked out as a key).
+    """
+
+    vocab_size: int
+    src_vocab_size: Optional[int] = None
+    d_model: int = 128
+    num_heads: int = 4
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    d_ff: Optional[int] = None
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    tie_weights: bool = True
+    activation: str = "relu"
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional: expected 'sinusoidal' or 'learned', got {self.positional!r}")
+        for name in ("vocab_size", "d_model", "num_heads", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id: expected in [0, {self.vocab_size - 1}], got {self.pad_id}")
+
+    @property
+    def source_vocab_size(self) -> int:
+        return self.src_vocab_size or self.vocab_size
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+
+class TokenEmbedding(nn.Module):
+    r"""Token embedding scaled by :math:`\sqrt{d}` (section 3.4 of Vaswani et al., 2017), with id checks.
+
+    Shape: ids ``(B, T)`` -> ``(B, T, D)``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
+        check_token_ids(ids, self.embedding.num_embeddings, name)
+        return self.embedding(ids) * self.scale
+
+
+def _positional(cfg: TransformerConfig) -> nn.Module:
+    cls = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
+    return cls(cfg.d_model, cfg.max_len, cfg.dropout)
+
+
+def _layer_kwargs(cfg: TransformerConfig) -> dict:
+    return dict(d_model=cfg.d_model, num_heads=cfg.num_heads, d_ff=cfg.ffn_dim, dropout=cfg.dropout,
+                norm_first=cfg.norm_first, activation=cfg.activation)
+
+
+class Encoder(nn.Module):
+    """Embedding, positions and a stack of :class:`~tfmini.layers.EncoderLayer`.
+
+    Shape: src ``(B, S)`` -> memory ``(B, S, D)`` and a list of per-layer self-attention weights
+    ``(B, H, S, S)`` (empty unless ``need_weights``).
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = TokenEmbedding(cfg.source_vocab_size, cfg.d_model)
+        self.pos = _positional(cfg)
+        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.num_encoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(self, src: torch.Tensor, need_weights: bool = False):
+        mask = attention_mask(key_padding=src != self.cfg.pad_id)  # (B, 1, 1, S)
+        x = self.pos(self.embed(src, "src"))
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights)
+            if need_weights:
+                weights.append(w)
+        return self.norm(x), weights
+
+
+class Decoder(nn.Module):
+    """Embedding, positions, a stack of :class:`~tfmini.layers.DecoderLayer` and the output projection.
+
+    With ``cross_attention=False`` this is a decoder-only language model's body.
+
+    Shape: tgt ``(B, T)``, memory ``(B, S, D)``, memory_pad bool ``(B, S)`` (True = real token)
+    -> logits ``(B, T, V)`` and a list of per-layer weight dicts (see ``DecoderLayer``).
+    """
+
+    def __init__(self, cfg: TransformerConfig, cross_attention: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model)
+        self.pos = _positional(cfg)
+        self.layers = nn.ModuleList(DecoderLayer(**_layer_kwargs(cfg), cross_attention=cross_attention)
+                                    for _ in range(cfg.num_decoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.embed.embedding.weight
+
+    def new_cache(self) -> List[Dict[str, torch.Tensor]]:
+        """An empty KV cache: one dict per layer."""
+        return [{} for _ in self.layers]
+
+    def forward(self, tgt: torch.Tensor, memory: Optional[torch.Tensor] = None,
+                memory_pad: Optional[torch.Tensor] = None, cache: Optional[List[dict]] = None,
+                need_weights: bool = False):
+        offset = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
+        x = self.pos(self.embed(tgt, "tgt"), offset=offset)
+        T = tgt.shape[1]
+        self_mask = causal_mask(T, offset + T, device=tgt.device)  # (T, offset + T)
+        memory_mask = attention_mask(key_padding=memory_pad) if memory_pad is not None else None
+        weights = []
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, memory, self_mask, memory_mask,
+                         cache=cache[i] if cache is not None else None, need_weights=need_weights)
+            if need_weights:
+                weights.append(w)
+        return self.lm_head(self.norm(x)), weights
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of Vaswani et al. (2017).
+
+    ``forward(src, tgt_in)`` runs the decoder with teacher forcing: ``tgt_in`` is the target shifted
+    right (starting with BOS) and the logits predict the next token at every position.
+
+    Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also a
+    dict ``{"encoder": [(B, H, S, S)] * L, "decoder": [(B, H, T, T)] * L, "cross": [(B, H, T, S)] * L}``.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg, cross_attention=True)
+
+    def encode(self, src: torch.Tensor):
+        """src ``(B, S)`` -> (memory ``(B, S, D)``, memory_pad ``(B, S)``)."""
+        memory, _ = self.encoder(src)
+        return memory, src != self.cfg.pad_id
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False):
+        check_token_ids(src, self.cfg.source_vocab_size, "src")
+        check_token_ids(tgt, self.cfg.vocab_size, "tgt")
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"tgt: expected batch size {src.shape[0]} as in src, got {tgt.shape[0]} "
+                             f"(src {tuple(src.shape)}, tgt {tuple(tgt.shape)})")
+        memory, enc_w = self.encoder(src, need_weights)
+        logits, dec_w = self.decoder(tgt, memory, src != self.cfg.pad_id, need_weights=need_weights)
+        if not need_weights:
+            return logits
+        return logits, {"encoder": enc_w, "decoder": [w["self"] for w in dec_w], "cross": [w["cross"] for w in dec_w]}
+
+    def start_decoding(self, src: torch.Tensor) -> dict:
+        check_token_ids(src, self.cfg.source_vocab_size, "src")
+        memory, memory_pad = self.encode(src)
+        return {"memory": memory, "memory_pad": memory_pad, "cache": self.decoder.new_cache()}
+
+    def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
+        """Logits ``(B, V)`` for the token after the prefix ``ys (B, t)``."""
+        if use_cache:
+            cache = state["cache"]
+            done = cache[0]["k"].shape[2] if "k" in cache[0] else 0
+            logits, _ = self.decoder(ys[:, done:], state["memory"], state["memory_pad"], cache=cache)
+        else:
+            logits, _ = self.decoder(ys, state["memory"], state["memory_pad"])
+        return logits[:, -1]
+
+
+class DecoderOnlyLM(nn.Module):
+    """A decoder-only (GPT-style) language model: the Transformer's decoder without cross-attention.
+
+    Shape: ids ``(B, T)`` -> logits ``(B, T, V)`` predicting token ``t + 1`` at position ``t``;
+    with ``need_weights=True`` also a list of per-layer self-attention weights ``(B, H, T, T)``.
+    """
+
+    decoder_only = True
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.decoder = Decoder(cfg, cross_attention=False)
+
+    def forward(self, ids: torch.Tensor, need_weights: bool = False):
+        logits, w = self.decoder(ids, need_weights=need_weights)
+        return (logits, [x["self"] for x in w]) if need_weights else logits
+
+    def start_decoding(self, prompt: Optional[torch.Tensor] = None) -> dict:
+        return {"cache": self.decoder.new_cache()}
+
+    def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
+        """Logits ``(B, V)`` for the token after ``ys (B, t)``."""
+        if use_cache:
+            cache = state["cache"]
+            done = cache[0]["k"].shape[2] if "k" in cache[0] else 0
+            logits, _ = self.decoder(ys[:, done:], cache=cache)
+        else:
+            logits, _ = self.decoder(ys)
+        return logits[:, -1]

@@ -1,0 +1,178 @@
+"""Recurrent sequence-to-sequence models: an LSTM cell by hand, the fixed-context encoder-decoder
+(Sutskever et al., 2014) and the encoder-decoder with Bahdanau attention (Bahdanau et al., 2015).
+
+Shapes: B batch, S source length, T target length, E embedding width, Hd hidden width, V vocabulary.
+Sequences are right-padded with ``pad_id``. Both models share the Transformer's interface:
+``forward(src, tgt_in)`` -> logits ``(B, T, V)`` with teacher forcing, and
+``start_decoding`` / ``decode_next`` for :mod:`tfmini.decoding` (an RNN's state is its own cache,
+so ``use_cache`` changes nothing).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ._checks import check_token_ids
+from .attention import BahdanauAttention
+
+__all__ = ["LSTMCell", "reverse_padded", "Seq2SeqRNN", "AttentionSeq2SeqRNN"]
+
+
+class LSTMCell(nn.Module):
+    r"""One LSTM step written out (Hochreiter & Schmidhuber, 1997), with ``nn.LSTMCell``'s parameters.
+
+    .. math::
+        \mathbf i = \sigma(W_{ii}\mathbf x + W_{hi}\mathbf h + \mathbf b_i), \;
+        \mathbf f = \sigma(W_{if}\mathbf x + W_{hf}\mathbf h + \mathbf b_f), \;
+        \mathbf g = \tanh(W_{ig}\mathbf x + W_{hg}\mathbf h + \mathbf b_g), \;
+        \mathbf o = \sigma(W_{io}\mathbf x + W_{ho}\mathbf h + \mathbf b_o)
+
+    .. math:: \mathbf c' = \mathbf f \odot \mathbf c + \mathbf i \odot \mathbf g, \quad \mathbf h' = \mathbf o \odot \tanh(\mathbf c')
+
+    ``weight_ih (4Hd, E)``, ``weight_hh (4Hd, Hd)`` and the biases stack the gates in the order
+    i, f, g, o, exactly like ``nn.LSTMCell``, so its weights can be copied in.
+
+    Shape: x ``(B, E)``, state ``((B, Hd), (B, Hd))`` -> ``((B, Hd), (B, Hd))``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        bound = hidden_size ** -0.5
+        self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size).uniform_(-bound, bound))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size).uniform_(-bound, bound))
+        self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size).uniform_(-bound, bound))
+        self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor, state: Optional[Tuple[torch.Tensor, torch.Tensor]] = None):
+        if x.dim() != 2 or x.shape[1] != self.input_size:
+            raise ValueError(f"x: expected shape (B, {self.input_size}), got {tuple(x.shape)}")
+        if state is None:
+            zeros = x.new_zeros(x.shape[0], self.hidden_size)
+            state = (zeros, zeros)
+        h, c = state
+        gates = x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh  # (B, 4Hd)
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return h, c
+
+
+def reverse_padded(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Reverse each right-padded sequence within its own length (the input-reversal trick of Sutskever et al.)."""
+    lengths = (ids != pad_id).sum(dim=1, keepdim=True)  # (B, 1)
+    pos = torch.arange(ids.shape[1], device=ids.device)[None, :]  # (1, S)
+    src_pos = torch.where(pos < lengths, lengths - 1 - pos, pos)
+    return ids.gather(1, src_pos)
+
+
+class _RNNSeq2SeqBase(nn.Module):
+    """Embeddings, a (packed) LSTM encoder and the shared decoding loop."""
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int, d_hidden: int,
+                 pad_id: int, decoder_input: int):
+        super().__init__()
+        self.src_vocab_size, self.tgt_vocab_size, self.pad_id = src_vocab_size, tgt_vocab_size, pad_id
+        self.src_embed = nn.Embedding(src_vocab_size, d_emb, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_emb, padding_idx=pad_id)
+        self.encoder = nn.LSTM(d_emb, d_hidden, batch_first=True)
+        self.decoder_cell = nn.LSTMCell(decoder_input, d_hidden)
+
+    def _encode(self, src: torch.Tensor):
+        """src ``(B, S)`` -> outputs ``(B, S, Hd)`` (zeros at padding) and the last real state ``(h, c)``."""
+        lengths = (src != self.pad_id).sum(dim=1)
+        if bool((lengths == 0).any()):
+            raise ValueError(f"src: expected every sequence to have at least one non-pad token, got lengths {lengths.tolist()}")
+        packed = pack_padded_sequence(self.src_embed(src), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, (h, c) = self.encoder(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, Hd)
+        return out, (h[0], c[0])  # (B, Hd) each
+
+    def _check(self, src, tgt=None):
+        check_token_ids(src, self.src_vocab_size, "src")
+        if tgt is not None:
+            check_token_ids(tgt, self.tgt_vocab_size, "tgt")
+            if src.shape[0] != tgt.shape[0]:
+                raise ValueError(f"tgt: expected batch size {src.shape[0]} as in src, got {tgt.shape[0]}")
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False):
+        self._check(src, tgt)
+        state = self._start(src)
+        logits, weights = [], []
+        for t in range(tgt.shape[1]):
+            step_logits, w = self._step(tgt[:, t], state)
+            logits.append(step_logits)
+            weights.append(w)
+        logits = torch.stack(logits, dim=1)  # (B, T, V)
+        if not need_weights:
+            return logits
+        return logits, (torch.stack(weights, dim=1) if weights[0] is not None else None)  # (B, T, S)
+
+    def start_decoding(self, src: torch.Tensor) -> dict:
+        self._check(src)
+        return self._start(src)
+
+    def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
+        """Logits ``(B, V)`` after feeding the newest token ``ys[:, -1]``; updates ``state`` in place."""
+        logits, _ = self._step(ys[:, -1], state)
+        return logits
+
+
+class Seq2SeqRNN(_RNNSeq2SeqBase):
+    """LSTM encoder-decoder with one fixed context vector: the encoder's last state ``(h, c)``
+    initialises the decoder, which never sees the source again (eq. (1)-(3) of the lecture notes).
+
+    Args:
+        reverse_source: feed the source reversed (Sutskever et al., 2014).
+
+    Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,
+                 pad_id: int = 0, reverse_source: bool = False):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id, decoder_input=d_emb)
+        self.reverse_source = reverse_source
+        self.out = nn.Linear(d_hidden, tgt_vocab_size)
+
+    def _start(self, src):
+        if self.reverse_source:
+            src = reverse_padded(src, self.pad_id)
+        _, (h, c) = self._encode(src)
+        return {"h": h, "c": c}
+
+    def _step(self, y_prev, state):
+        state["h"], state["c"] = self.decoder_cell(self.tgt_embed(y_prev), (state["h"], state["c"]))
+        return self.out(state["h"]), None
+
+
+class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
+    r"""LSTM encoder-decoder with Bahdanau attention, eqs. (4)-(8) of the lecture notes.
+
+    Features :math:`\mathbf f_t = W_f \mathbf h^e_t`; at step :math:`l` the previous decoder state
+    :math:`\mathbf h^d_{l-1}` scores every feature, the softmax gives :math:`\alpha_l` and the
+    context :math:`\mathbf v_l = \sum_t \alpha_{lt} \mathbf f_t` enters the LSTM with
+    :math:`\mathbf y_{l-1}`. The output layer reads ``[h_l; v_l]``.
+
+    Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also
+    the attention weights ``(B, T, S)``.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,
+                 d_attn: Optional[int] = None, pad_id: int = 0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id, decoder_input=d_emb + d_hidden)
+        self.features = nn.Linear(d_hidden, d_hidden)
+        self.attention = BahdanauAttention(d_hidden, d_hidden, d_attn or d_hidden)
+        self.out = nn.Linear(2 * d_hidden, tgt_vocab_size)
+
+    def _start(self, src):
+        enc_out, (h, c) = self._encode(src)
+        return {"h": h, "c": c, "features": self.features(enc_out), "mask": src != self.pad_id}
+
+    def _step(self, y_prev, state):
+        context, weights = self.attention(state["h"], state["features"], state["mask"])  # (B, Hd), (B, S)
+        x = torch.cat([self.tgt_embed(y_prev), context], dim=-1)  # (B, E + Hd)
+        state["h"], state["c"] = self.decoder_cell(x, (state["h"], state["c"]))
+        return self.out(torch.cat([state["h"], context], dim=-1)), weights

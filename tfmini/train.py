@@ -1,0 +1,230 @@
+"""Training and evaluation: a small, seeded, device-aware fit loop and accuracy helpers.
+
+Batches are what :class:`tfmini.data.Batches` yields: ``(src (B, S), tgt (B, T))`` for an
+encoder-decoder (``tgt`` = BOS ... EOS; teacher forcing feeds ``tgt[:, :-1]`` and predicts
+``tgt[:, 1:]``) or ``ids (B, T)`` for a language model (predict ``ids[:, 1:]`` from ``ids[:, :-1]``).
+"""
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .decoding import beam_search, greedy_decode
+
+__all__ = [
+    "default_device", "set_seed", "transformer_lr", "warmup_schedule", "batch_loss", "History", "fit",
+    "token_accuracy", "sequence_accuracy", "evaluate",
+]
+
+
+def default_device() -> torch.device:
+    """CUDA if available, else CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy and PyTorch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def transformer_lr(step: int, d_model: int, warmup_steps: int = 4000) -> float:
+    r"""The learning rate of Vaswani et al. (2017), eq. (3): :math:`d^{-0.5}\min(s^{-0.5}, s\,w^{-1.5})`, steps from 1."""
+    step = max(step, 1)
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up to the optimizer's learning rate over ``warmup_steps``, then inverse-square-root decay
+    (the shape of :func:`transformer_lr`, peaking at the given rate). ``warmup_steps=0``: constant rate."""
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps: expected >= 0, got {warmup_steps}")
+    if warmup_steps == 0:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup_steps, math.sqrt(warmup_steps / (s + 1))))
+
+
+def batch_loss(model: nn.Module, batch, pad_id: int = 0, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean next-token cross-entropy over non-pad targets, for either batch kind (see module docstring)."""
+    if isinstance(batch, (tuple, list)):
+        src, tgt = batch
+        logits, gold = model(src, tgt[:, :-1]), tgt[:, 1:]
+    else:
+        logits, gold = model(batch[:, :-1]), batch[:, 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), gold.reshape(-1),
+                           ignore_index=pad_id, label_smoothing=label_smoothing)
+
+
+@dataclass
+class History:
+    """What :func:`fit` measured: per logged step the loss, learning rate and elapsed seconds, and the evaluations."""
+
+    step: List[int] = field(default_factory=list)
+    loss: List[float] = field(default_factory=list)
+    lr: List[float] = field(default_factory=list)
+    time: List[float] = field(default_factory=list)
+    evals: List[Dict[str, float]] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        """Training wall-clock time in seconds."""
+        return self.time[-1] if self.time else 0.0
+
+
+class _Progress:
+    """A live one-line status: updated in place in a notebook and erased at the end, so a
+    notebook's stored output never holds text that changes from run to run."""
+
+    def __init__(self, enabled: bool):
+        self.handle, self.enabled = None, enabled
+        if enabled and "ipykernel" in sys.modules:
+            from IPython.display import display
+            self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.handle is not None:
+            self.handle.update({"text/plain": text}, raw=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": ""}, raw=True)
+
+
+def _to(batch, device):
+    return tuple(x.to(device) for x in batch) if isinstance(batch, (tuple, list)) else batch.to(device)
+
+
+def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optional[int] = None,
+        lr: float = 1e-3, warmup_steps: int = 0, weight_decay: float = 0.0, clip_norm: Optional[float] = 1.0,
+        label_smoothing: float = 0.0, pad_id: int = 0, seed: int = 0, device=None,
+        eval_fn: Optional[Callable[[nn.Module], Dict[str, float]]] = None, eval_every: int = 100,
+        stop_fn: Optional[Callable[[Dict[str, float]], bool]] = None, time_limit: Optional[float] = None,
+        log_every: int = 10, progress: bool = True) -> History:
+    """Train with AdamW, warm-up, gradient clipping and (optionally) label smoothing.
+
+    Args:
+        batches: a re-iterable of batches (e.g. :class:`tfmini.data.Batches`).
+        steps / epochs: stop after this many optimiser steps / passes (give one or both).
+        eval_fn: called every ``eval_every`` steps and at the end (model in eval mode); its dict is
+            recorded in ``history.evals`` with ``step`` and ``time``.
+        stop_fn: stop early when it returns True for an evaluation (e.g. accuracy reached 1.0).
+        time_limit: stop after this many seconds of training.
+        progress: show a live status line (never left in a notebook's stored output).
+
+    Returns:
+        a :class:`History`.
+    """
+    if steps is None and epochs is None:
+        raise ValueError("steps, epochs: expected at least one of them, got neither")
+    set_seed(seed)
+    device = torch.device(device) if device is not None else default_device()
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = warmup_schedule(opt, warmup_steps)
+    hist, bar = History(), _Progress(progress)
+    total = steps if steps is not None else epochs * len(batches)
+    step, epoch, start, stop = 0, 0, time.perf_counter(), False
+
+    def run_eval():
+        model.eval()
+        metrics = dict(eval_fn(model))
+        model.train()
+        hist.evals.append({"step": step, "time": time.perf_counter() - start, **metrics})
+        return stop_fn is not None and stop_fn(metrics)
+
+    model.train()
+    try:
+        while not stop and (epochs is None or epoch < epochs):
+            for batch in batches:
+                loss = batch_loss(model, _to(batch, device), pad_id, label_smoothing)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if clip_norm is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+                opt.step()
+                sched.step()
+                step += 1
+                elapsed = time.perf_counter() - start
+                if step % log_every == 0 or step == total:
+                    hist.step.append(step)
+                    hist.loss.append(loss.item())
+                    hist.lr.append(opt.param_groups[0]["lr"])
+                    hist.time.append(elapsed)
+                    bar.show(f"step {step}/{total}  loss {loss.item():.4f}  {elapsed:.1f}s")
+                if eval_fn is not None and step % eval_every == 0 and run_eval():
+                    stop = True
+                if stop or step == steps or (time_limit is not None and elapsed >= time_limit):
+                    stop = True
+                    break
+            epoch += 1
+        if eval_fn is not None and (not hist.evals or hist.evals[-1]["step"] != step):
+            run_eval()
+    finally:
+        bar.close()
+        model.eval()
+    return hist
+
+
+def _prefix_match(pred: torch.Tensor, target: torch.Tensor, pad_id: int):
+    """Align ``pred (B, L)`` to ``target (B, T)`` and return (matches, real) bool ``(B, T)``."""
+    if pred.shape[0] != target.shape[0]:
+        raise ValueError(f"pred: expected batch size {target.shape[0]} as in target, got {pred.shape[0]}")
+    T = target.shape[1]
+    if pred.shape[1] < T:
+        pred = F.pad(pred, (0, T - pred.shape[1]), value=pad_id)
+    real = target != pad_id
+    return (pred[:, :T] == target) & real, real
+
+
+def token_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> float:
+    """Fraction of non-pad target positions (EOS included) that ``pred`` gets right."""
+    match, real = _prefix_match(pred, target, pad_id)
+    return match.sum().item() / max(real.sum().item(), 1)
+
+
+def sequence_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> float:
+    """Fraction of sequences reproduced exactly, EOS included (so no extra or missing tokens)."""
+    match, real = _prefix_match(pred, target, pad_id)
+    return (match == real).all(dim=1).float().mean().item()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, pad_id: int = 0,
+             beam_size: int = 1, device=None) -> Dict[str, float]:
+    """Decode every source in ``batches`` (pairs ``(src, tgt)`` with ``tgt`` = BOS ... EOS) and score it.
+
+    Returns:
+        ``{"token_acc": ..., "seq_acc": ...}`` over all examples.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tok = seq = n_tok = n_seq = 0.0
+    for src, tgt in batches:
+        src, gold = src.to(device), tgt[:, 1:].to(device)
+        if beam_size == 1:
+            pred = greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
+        else:
+            pred = beam_search(model, src, max_len, beam_size, bos_id, eos_id, pad_id)
+        real = (gold != pad_id).sum().item()
+        tok += token_accuracy(pred, gold, pad_id) * real
+        seq += sequence_accuracy(pred, gold, pad_id) * src.shape[0]
+        n_tok += real
+        n_seq += src.shape[0]
+    model.train(was_training)
+    return {"token_acc": tok / n_tok, "seq_acc": seq / n_seq}
