@@ -17,4 +17,6 @@ from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
 from .train import (History, batch_loss, default_device, evaluate, fit, sequence_accuracy, set_seed,
                     token_accuracy, transformer_lr, warmup_schedule)
 
+from . import notebook, plot
+
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ from einops import rearrange
 from torch import nn
 
 from ._checks import check_3d, check_bool_mask, check_mask_broadcasts
+from .masks import causal_mask
 
 __all__ = [
     "masked_softmax", "DotScore", "BilinearScore", "AdditiveScore", "BahdanauAttention",
@@ -39,7 +40,7 @@ def masked_softmax(scores: torch.Tensor, mask: Optional[torch.Tensor] = None, di
     s = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
     if mask is None:
         return torch.softmax(s, dim=dim)
-    check_bool_mask(mask, "mask")
+    check_mask_broadcasts(mask, tuple(scores.shape), "mask")
     s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
     # A fully masked row would softmax to a uniform distribution over forbidden keys: zero it.
     return torch.softmax(s, dim=dim).masked_fill(~mask, 0.0)
@@ -190,10 +191,10 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return out, weights.to(v.dtype)
 
 
-def _fused_attention(q, k, v, attn_mask, dropout_p):
+def _fused_attention(q, k, v, attn_mask, dropout_p, is_causal):
     """``F.scaled_dot_product_attention`` with tfmini's guarantee for fully masked rows (zeros, not NaN)."""
     if attn_mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)
     row_ok = attn_mask.any(dim=-1, keepdim=True)  # (..., T, 1)
     if bool(row_ok.all()):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
@@ -211,7 +212,8 @@ class MultiHeadAttention(nn.Module):
     All heads are computed at once: project to ``D``, split into ``H`` heads of width ``D / H``
     and treat heads as a batch axis. With ``need_weights=False`` the fused
     ``F.scaled_dot_product_attention`` kernel is used; with ``need_weights=True`` the explicit
-    :func:`scaled_dot_product_attention` (both give the same output).
+    :func:`scaled_dot_product_attention` (both give the same output). For self-attention
+    (``query is key is value``) the three input projections run as one matrix product.
 
     Args:
         d_model: model width ``D``.
@@ -219,9 +221,14 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights (training only).
         bias: whether the four projections have biases.
 
+    ``forward(query, key, value, attn_mask=None, need_weights=False, is_causal=False)``: ``attn_mask``
+    is bool, broadcastable to ``(B, H, T, S)``, True = may attend; ``need_weights`` also returns the
+    per-head weights (explicit path); ``is_causal`` additionally forbids query ``t`` to see keys after
+    it (the last ``T`` of the ``S`` keys are the queries' own positions) and lets the fused kernel skip
+    building the mask.
+
     Shape:
-        query ``(B, T, D)``, key and value ``(B, S, D)``, attn_mask bool broadcastable to
-        ``(B, H, T, S)`` -> out ``(B, T, D)``, weights ``(B, H, T, S)`` or None.
+        query ``(B, T, D)``, key and value ``(B, S, D)`` -> out ``(B, T, D)``, weights ``(B, H, T, S)`` or None.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -229,7 +236,7 @@ class MultiHeadAttention(nn.Module):
         if num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={num_heads}, got d_model={d_model} "
-                f"(d_model % num_heads = {d_model % num_heads if num_heads else 'undefined'})"
+                f"(d_model % num_heads = {d_model % num_heads if num_heads > 0 else 'undefined'})"
             )
         self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -240,39 +247,58 @@ class MultiHeadAttention(nn.Module):
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         return rearrange(x, "b t (h dh) -> b h t dh", h=self.num_heads)  # (B, H, T, Dh)
 
-    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Project keys and values and split heads: ``(B, S, D)`` -> two ``(B, H, S, Dh)``.
+    def project_q(self, query: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)`` -> queries ``(B, H, T, Dh)``."""
+        check_3d(query, "query", self.d_model)
+        return self._split(self.q_proj(query))
 
-        Exposed so that a decoder can cache them (see :mod:`tfmini.decoding`).
-        """
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(B, S, D)`` -> keys and values ``(B, H, S, Dh)``; exposed so a decoder can cache them."""
         check_3d(key, "key", self.d_model)
         check_3d(value, "value", self.d_model)
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(f"value: expected (B, S) = {tuple(key.shape[:2])} as in key, got shape {tuple(value.shape)}")
         return self._split(self.k_proj(key)), self._split(self.v_proj(value))
 
-    def attend(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               attn_mask: Optional[torch.Tensor] = None,
-               need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Attend from ``query (B, T, D)`` to already projected ``k, v (B, H, S, Dh)``."""
-        check_3d(query, "query", self.d_model)
-        if query.shape[0] != k.shape[0]:
-            raise ValueError(f"key: expected batch size {query.shape[0]} as in query, got {k.shape[0]}")
-        B, T, _ = query.shape
+    def project_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention projections in one matrix product: ``(B, T, D)`` -> three ``(B, H, T, Dh)``."""
+        check_3d(x, "query", self.d_model)
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
+        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        qkv = rearrange(F.linear(x, weight, bias), "b t (three h dh) -> three b h t dh", three=3, h=self.num_heads)
+        return qkv[0], qkv[1], qkv[2]  # (B, H, T, Dh) each
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               attn_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
+               is_causal: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Attention over projected heads ``q (B, H, T, Dh)``, ``k, v (B, H, S, Dh)``, then merge heads and ``out_proj``."""
+        if q.shape[0] != k.shape[0]:
+            raise ValueError(f"key: expected batch size {q.shape[0]} as in query, got {k.shape[0]}")
+        B, H, T, _ = q.shape
+        S = k.shape[2]
         if attn_mask is not None:
-            check_mask_broadcasts(attn_mask, (B, self.num_heads, T, k.shape[2]))
-        q = self._split(self.q_proj(query))  # (B, H, T, Dh)
+            check_mask_broadcasts(attn_mask, (B, H, T, S))
+        if is_causal and (need_weights or attn_mask is not None or T != S):
+            causal = causal_mask(T, S, device=q.device)  # (T, S)
+            attn_mask = causal if attn_mask is None else attn_mask & causal
+            is_causal = False
         p = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p=p)
         else:
-            out, weights = _fused_attention(q, k, v, attn_mask, p), None
+            out, weights = _fused_attention(q, k, v, attn_mask, p, is_causal), None
         out = rearrange(out, "b h t dh -> b t (h dh)")  # (B, T, D)
         return self.out_proj(out), weights
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                attn_mask: Optional[torch.Tensor] = None,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        check_3d(query, "query", self.d_model)
-        k, v = self.project_kv(key, value)
-        return self.attend(query, k, v, attn_mask, need_weights)
+                attn_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
+                is_causal: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if query is key and key is value:
+            q, k, v = self.project_qkv(query)
+        else:
+            q = self.project_q(query)
+            k, v = self.project_kv(key, value)
+            if query.shape[0] != key.shape[0]:
+                raise ValueError(f"key: expected batch size {query.shape[0]} as in query, got {key.shape[0]} "
+                                 f"(query {tuple(query.shape)}, key {tuple(key.shape)})")
+        return self.attend(q, k, v, attn_mask, need_weights, is_causal)

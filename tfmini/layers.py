@@ -67,10 +67,10 @@ class EncoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, need_weights: bool = False,
+                is_causal: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         def sa(h):
-            out, w = self.self_attn(h, h, h, attn_mask=mask, need_weights=need_weights)
+            out, w = self.self_attn(h, h, h, attn_mask=mask, need_weights=need_weights, is_causal=is_causal)
             return self.dropout1(out), w
 
         if self.norm_first:
@@ -93,7 +93,8 @@ class DecoderLayer(nn.Module):
     Incremental decoding: pass a dict as ``cache``. The layer appends the new positions' keys and
     values to ``cache["k"], cache["v"]`` (``(B, H, t, Dh)``) and computes the encoder's keys and
     values once into ``cache["memory_k"], cache["memory_v"]``. ``x`` then holds only the new
-    positions and ``self_mask`` must cover all cached keys, e.g. ``causal_mask(T_new, t)``.
+    positions and ``self_mask`` must cover all cached keys; ``is_causal=True`` does this for you
+    (query ``i`` of the new positions sees the cache and new positions up to its own).
 
     Shape: x ``(B, T, D)``, memory ``(B, S, D)``, self_mask broadcastable to ``(B, H, T, T)``,
     memory_mask broadcastable to ``(B, H, T, S)`` -> ``(B, T, D)`` and a dict of weights
@@ -115,14 +116,14 @@ class DecoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def _self_block(self, h, mask, cache, need_weights):
-        k, v = self.self_attn.project_kv(h, h)  # (B, H, T, Dh)
+    def _self_block(self, h, mask, cache, need_weights, is_causal):
+        q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, Dh) each
         if cache is not None:
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # (B, H, t + T, Dh)
                 v = torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
-        out, w = self.self_attn.attend(h, k, v, mask, need_weights)
+        out, w = self.self_attn.attend(q, k, v, mask, need_weights, is_causal)
         return self.dropout1(out), w
 
     def _cross_block(self, h, memory, mask, cache, need_weights):
@@ -134,23 +135,23 @@ class DecoderLayer(nn.Module):
             k, v = self.multihead_attn.project_kv(memory, memory)  # (B, H, S, Dh)
             if cache is not None:
                 cache["memory_k"], cache["memory_v"] = k, v
-        out, w = self.multihead_attn.attend(h, k, v, mask, need_weights)
+        out, w = self.multihead_attn.attend(self.multihead_attn.project_q(h), k, v, mask, need_weights)
         return self.dropout2(out), w
 
     def forward(self, x: torch.Tensor, memory: Optional[torch.Tensor] = None,
                 self_mask: Optional[torch.Tensor] = None, memory_mask: Optional[torch.Tensor] = None,
-                cache: Optional[Dict[str, torch.Tensor]] = None,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Dict[str, Optional[torch.Tensor]]]:
+                cache: Optional[Dict[str, torch.Tensor]] = None, need_weights: bool = False,
+                is_causal: bool = False) -> Tuple[torch.Tensor, Dict[str, Optional[torch.Tensor]]]:
         weights: Dict[str, Optional[torch.Tensor]] = {"self": None, "cross": None}
         if self.norm_first:
-            out, weights["self"] = self._self_block(self.norm1(x), self_mask, cache, need_weights)
+            out, weights["self"] = self._self_block(self.norm1(x), self_mask, cache, need_weights, is_causal)
             x = x + out
             if self.multihead_attn is not None:
                 out, weights["cross"] = self._cross_block(self.norm2(x), memory, memory_mask, cache, need_weights)
                 x = x + out
             x = x + self.dropout3(self.ff(self.norm3(x)))
         else:
-            out, weights["self"] = self._self_block(x, self_mask, cache, need_weights)
+            out, weights["self"] = self._self_block(x, self_mask, cache, need_weights, is_causal)
             x = self.norm1(x + out)
             if self.multihead_attn is not None:
                 out, weights["cross"] = self._cross_block(x, memory, memory_mask, cache, need_weights)

@@ -45,9 +45,9 @@ def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.
         bool ``(B, S)``, True where ``position < length``.
     """
     lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+    if lengths.dim() != 1 or lengths.numel() == 0 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(
-            f"lengths: expected a 1-D integer tensor, got shape {tuple(lengths.shape)} and dtype {lengths.dtype}"
+            f"lengths: expected a non-empty 1-D integer tensor, got shape {tuple(lengths.shape)} and dtype {lengths.dtype}"
         )
     S = int(lengths.max()) if max_len is None else max_len
     if (lengths < 0).any() or (lengths > S).any():

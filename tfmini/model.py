@@ -17,7 +17,7 @@ from torch import nn
 
 from ._checks import check_token_ids
 from .layers import DecoderLayer, EncoderLayer
-from .masks import attention_mask, causal_mask
+from .masks import attention_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
 __all__ = ["TransformerConfig", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM"]
@@ -92,6 +92,14 @@ class TokenEmbedding(nn.Module):
         return self.embedding(ids) * self.scale
 
 
+def _check_ids(ids: torch.Tensor, cfg: TransformerConfig, vocab_size: int, name: str) -> None:
+    """Ids in the vocabulary and no more positions than the positional table holds, errors naming ``name``."""
+    check_token_ids(ids, vocab_size, name)
+    if ids.shape[1] > cfg.max_len:
+        raise ValueError(f"{name}: expected at most max_len={cfg.max_len} positions (the positional table), "
+                         f"got shape {tuple(ids.shape)}")
+
+
 def _positional(cfg: TransformerConfig) -> nn.Module:
     cls = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
     return cls(cfg.d_model, cfg.max_len, cfg.dropout)
@@ -158,13 +166,11 @@ class Decoder(nn.Module):
                 need_weights: bool = False):
         offset = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
         x = self.pos(self.embed(tgt, "tgt"), offset=offset)
-        T = tgt.shape[1]
-        self_mask = causal_mask(T, offset + T, device=tgt.device)  # (T, offset + T)
         memory_mask = attention_mask(key_padding=memory_pad) if memory_pad is not None else None
         weights = []
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, memory, self_mask, memory_mask,
-                         cache=cache[i] if cache is not None else None, need_weights=need_weights)
+            x, w = layer(x, memory, memory_mask=memory_mask, cache=cache[i] if cache is not None else None,
+                         need_weights=need_weights, is_causal=True)
             if need_weights:
                 weights.append(w)
         return self.lm_head(self.norm(x)), weights
@@ -192,8 +198,8 @@ class Transformer(nn.Module):
         return memory, src != self.cfg.pad_id
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False):
-        check_token_ids(src, self.cfg.source_vocab_size, "src")
-        check_token_ids(tgt, self.cfg.vocab_size, "tgt")
+        _check_ids(src, self.cfg, self.cfg.source_vocab_size, "src")
+        _check_ids(tgt, self.cfg, self.cfg.vocab_size, "tgt")
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"tgt: expected batch size {src.shape[0]} as in src, got {tgt.shape[0]} "
                              f"(src {tuple(src.shape)}, tgt {tuple(tgt.shape)})")
@@ -204,7 +210,7 @@ class Transformer(nn.Module):
         return logits, {"encoder": enc_w, "decoder": [w["self"] for w in dec_w], "cross": [w["cross"] for w in dec_w]}
 
     def start_decoding(self, src: torch.Tensor) -> dict:
-        check_token_ids(src, self.cfg.source_vocab_size, "src")
+        _check_ids(src, self.cfg, self.cfg.source_vocab_size, "src")
         memory, memory_pad = self.encode(src)
         return {"memory": memory, "memory_pad": memory_pad, "cache": self.decoder.new_cache()}
 
@@ -234,10 +240,13 @@ class DecoderOnlyLM(nn.Module):
         self.decoder = Decoder(cfg, cross_attention=False)
 
     def forward(self, ids: torch.Tensor, need_weights: bool = False):
+        _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
         logits, w = self.decoder(ids, need_weights=need_weights)
         return (logits, [x["self"] for x in w]) if need_weights else logits
 
     def start_decoding(self, prompt: Optional[torch.Tensor] = None) -> dict:
+        if prompt is not None:
+            _check_ids(prompt, self.cfg, self.cfg.vocab_size, "prompt")
         return {"cache": self.decoder.new_cache()}
 
     def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:

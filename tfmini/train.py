@@ -82,13 +82,21 @@ class History:
         return self.time[-1] if self.time else 0.0
 
 
+def _in_kernel() -> bool:
+    """True inside a running Jupyter kernel (ipykernel merely being imported, e.g. by a pytest plugin, is not enough)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from IPython import get_ipython
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
 class _Progress:
     """A live one-line status: updated in place in a notebook and erased at the end, so a
     notebook's stored output never holds text that changes from run to run."""
 
     def __init__(self, enabled: bool):
         self.handle, self.enabled = None, enabled
-        if enabled and "ipykernel" in sys.modules:
+        if enabled and _in_kernel():
             from IPython.display import display
             self.handle = display({"text/plain": ""}, raw=True, display_id=True)
 

@@ -1,0 +1,147 @@
+"""Execute the course notebooks and write them back with reproducible outputs.
+
+This is the only way notebook outputs are produced: never edit outputs by hand.
+
+    python scripts/execute.py                      # every chapters/*.ipynb
+    python scripts/execute.py chapters/03_x.ipynb  # only the given notebooks
+
+Each notebook runs top to bottom in a fresh python3 kernel of *this* Python environment (not
+whatever kernel a user-level kernelspec points to), with the notebook's folder as working directory
+and a 600 s limit per cell. Any error stops the run (cells tagged ``raises-exception`` excepted, as in
+Jupyter Book and nbval). The notebook is then written back with
+
+- execution counts 1..N over the non-empty code cells, in order;
+- normalised notebook metadata: kernelspec python3, a minimal language_info without the Python
+  version, no widget state;
+- no volatile cell metadata (execution timestamps, ``ExecuteTime``, ``collapsed``, ``scrolled``);
+
+so that executing an unchanged notebook twice gives no diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+CELL_TIMEOUT_S = 600
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+VOLATILE_NOTEBOOK_METADATA = ("widgets", "varInspector", "toc", "vscode", "colab", "accelerator")
+VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "collapsed", "scrolled", "pycharm")
+
+
+class CurrentEnvClient(NotebookClient):
+    """A notebook client whose python3 kernel is always this interpreter (sys.executable).
+
+    With no kernel directories, jupyter_client falls back to ipykernel's built-in spec, which runs
+    ``sys.executable -m ipykernel_launcher``; a python3 kernelspec in the user's Jupyter folders can
+    therefore not redirect execution to another Python. The client still owns the kernel manager, so
+    it shuts the kernel down when the notebook is done.
+    """
+
+    def create_kernel_manager(self) -> AsyncKernelManager:
+        self.km = AsyncKernelManager(
+            kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]), config=self.config
+        )
+        return self.km
+
+
+def normalise(nb: nbformat.NotebookNode) -> None:
+    """Renumber execution counts and strip metadata that changes from run to run."""
+    count = 0
+    used_ids: set[str] = set()
+    for index, cell in enumerate(nb.cells):
+        for key in VOLATILE_CELL_METADATA:
+            cell.metadata.pop(key, None)
+        cell_id = cell.get("id")
+        if not cell_id or cell_id in used_ids:
+            cell_id = f"cell-{index:03d}"
+            cell["id"] = cell_id
+        used_ids.add(cell_id)
+        if cell.cell_type != "code":
+            continue
+        if cell.source.strip():
+            count += 1
+            cell.execution_count = count
+        else:
+            cell.execution_count = None
+            cell.outputs = []
+        for output in cell.outputs:
+            if output.output_type == "execute_result":
+                output.execution_count = cell.execution_count
+
+    meta = nb.metadata
+    for key in VOLATILE_NOTEBOOK_METADATA:
+        meta.pop(key, None)
+    meta["kernelspec"] = dict(KERNELSPEC)
+    meta["language_info"] = dict(LANGUAGE_INFO)
+    nb.nbformat, nb.nbformat_minor = 4, 5
+
+
+def execute(path: Path) -> float:
+    nb = nbformat.read(path, as_version=4)
+    client = CurrentEnvClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    start = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - start
+    normalise(nb)
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: chapters/*.ipynb)")
+    args = parser.parse_args(argv)
+
+    notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "chapters").glob("*.ipynb"))
+    if not notebooks:
+        print("execute: no notebooks found")
+        return 0
+    missing = [str(p) for p in notebooks if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)}")
+
+    # A notebook kernel must show figures inline: ipykernel selects the inline backend only when
+    # MPLBACKEND is unset, so a non-interactive backend set for scripts must not leak into kernels.
+    os.environ.pop("MPLBACKEND", None)
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+
+    print(f"execute: kernel python = {sys.executable}")
+    total = 0.0
+    for path in notebooks:
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        print(f"execute: {shown} ...", flush=True)
+        elapsed = execute(path)
+        total += elapsed
+        print(f"execute: {shown} done in {elapsed:.1f} s", flush=True)
+    print(f"execute: {len(notebooks)} notebook(s) in {total:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

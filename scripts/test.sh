@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Run every check of the course; fails on the first failing stage.
+#   1. unit tests of tfmini and of the repository (pytest tests)
+#   2. strict nbval over every chapter: each notebook re-executed and compared with its committed outputs
+#   3. the book build with warnings as errors
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+TFMINI_T0=$SECONDS
+TFMINI_STAGE=""
+TFMINI_STAGE_T0=$SECONDS
+
+on_exit() {
+    local rc=$?
+    if ((rc != 0)) && [[ -n "$TFMINI_STAGE" ]]; then
+        echo
+        echo "-- $TFMINI_STAGE: FAILED (exit $rc) after $((SECONDS - TFMINI_STAGE_T0)) s"
+    fi
+}
+trap on_exit EXIT
+
+stage() {
+    echo
+    echo "=============================================================================="
+    echo "== $*"
+    echo "=============================================================================="
+    TFMINI_STAGE="$*"
+    TFMINI_STAGE_T0=$SECONDS
+}
+
+stage_done() {
+    echo "-- $1: passed in $((SECONDS - TFMINI_STAGE_T0)) s"
+    TFMINI_STAGE=""
+}
+
+stage "1/3 unit tests: python -m pytest tests -q"
+python -m pytest tests -q
+stage_done "unit tests"
+
+stage "2/3 notebooks: strict nbval over chapters/"
+shopt -s nullglob
+TFMINI_NOTEBOOKS=(chapters/*.ipynb)
+shopt -u nullglob
+if ((${#TFMINI_NOTEBOOKS[@]} == 0)); then
+    echo "no notebooks in chapters/ yet: nothing to compare"
+else
+    # Kernels must draw figures inline as they did under scripts/execute.sh: no MPLBACKEND for them.
+    env -u MPLBACKEND python -m pytest --nbval --nbval-current-env \
+        --nbval-sanitize-with .ci/nbval_sanitize.cfg chapters/ -q -p no:cacheprovider
+fi
+stage_done "notebooks"
+
+stage "3/3 book: bash scripts/book.sh --all (warnings are errors)"
+bash scripts/book.sh --all
+stage_done "book"
+
+echo
+echo "all stages passed in $((SECONDS - TFMINI_T0)) s"

@@ -1,0 +1,298 @@
+"""tfmini.model: the config, the encoder-decoder Transformer and the decoder-only language model.
+
+Structure and shapes, the encoder stack against ``nn.TransformerEncoder``, weight tying,
+``state_dict`` round trips through ``torch.save``/``torch.load(weights_only=True)``, and input validation.
+Causal-mask leakage of the models is in test_masks.py, cached decoding in test_decoding.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from tfmini import (Decoder, DecoderOnlyLM, Encoder, TokenEmbedding, Transformer, TransformerConfig, attention_mask,
+                    padding_mask)
+from tfmini.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+
+V, V_SRC = 11, 9
+
+
+def tiny_config(**kw):
+    base = dict(vocab_size=V, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32,
+                dropout=0.0, max_len=24)
+    base.update(kw)
+    return TransformerConfig(**base)
+
+
+def batch(B=3, S=6, T=5, vocab=V, src_vocab=V):
+    src = torch.randint(1, src_vocab, (B, S))
+    src[1, 4:] = 0  # padding
+    src[2, 2:] = 0
+    return src, torch.randint(1, vocab, (B, T))
+
+
+# --------------------------------------------------------------------------------------------- config
+
+def test_config_is_frozen_with_derived_sizes():
+    cfg = tiny_config(d_ff=None, src_vocab_size=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.d_model = 32  # type: ignore[misc]
+    assert cfg.ffn_dim == 64 and cfg.source_vocab_size == V
+    assert tiny_config(src_vocab_size=V_SRC, d_ff=20).source_vocab_size == V_SRC
+    assert tiny_config(d_ff=20).ffn_dim == 20
+    assert hash(cfg) == hash(tiny_config(d_ff=None, src_vocab_size=None))
+
+
+@pytest.mark.parametrize("d_model, num_heads", [(10, 3), (16, 3), (12, 8)])
+def test_config_rejects_d_model_not_divisible_by_heads(d_model, num_heads):
+    with pytest.raises(ValueError, match=rf"d_model: expected a multiple of num_heads={num_heads}, got d_model={d_model}"):
+        tiny_config(d_model=d_model, num_heads=num_heads)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(positional="rotary"), r"positional: expected 'sinusoidal' or 'learned', got 'rotary'"),
+    (dict(vocab_size=0, pad_id=0), r"vocab_size: expected >= 1, got 0"),
+    (dict(max_len=0), r"max_len: expected >= 1, got 0"),
+    (dict(pad_id=11), r"pad_id: expected in \[0, 10\], got 11"),
+    (dict(pad_id=-1), r"pad_id: expected in \[0, 10\], got -1"),
+])
+def test_config_rejects_bad_values(kw, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_config(**kw)
+
+
+# --------------------------------------------------------------------------------------------- structure
+
+def test_token_embedding_is_scaled_by_sqrt_d():
+    emb = TokenEmbedding(V, 16)
+    ids = torch.randint(0, V, (2, 5))
+    assert_close(emb(ids), emb.embedding.weight[ids] * 4.0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("positional, cls", [("sinusoidal", SinusoidalPositionalEncoding),
+                                             ("learned", LearnedPositionalEncoding)])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_structure(norm_first, positional, cls):
+    model = Transformer(tiny_config(norm_first=norm_first, positional=positional, num_encoder_layers=3,
+                                    src_vocab_size=V_SRC))
+    assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 2
+    assert isinstance(model.encoder.pos, cls) and isinstance(model.decoder.pos, cls)
+    final_norm = nn.LayerNorm if norm_first else nn.Identity
+    assert isinstance(model.encoder.norm, final_norm) and isinstance(model.decoder.norm, final_norm)
+    assert all(layer.norm_first == norm_first for layer in [*model.encoder.layers, *model.decoder.layers])
+    assert model.encoder.embed.embedding.num_embeddings == V_SRC
+    assert model.decoder.embed.embedding.num_embeddings == V
+    assert model.decoder.lm_head.out_features == V
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_forward_shapes_and_weights(norm_first):
+    model = Transformer(tiny_config(norm_first=norm_first, src_vocab_size=V_SRC)).eval()
+    src, tgt = batch(src_vocab=V_SRC)
+    logits = model(src, tgt)
+    assert logits.shape == (3, 5, V)
+    logits2, w = model(src, tgt, need_weights=True)
+    assert_close(logits2, logits, rtol=1e-5, atol=1e-5)
+    assert set(w) == {"encoder", "decoder", "cross"}
+    assert [x.shape for x in w["encoder"]] == [(3, 2, 6, 6)] * 2
+    assert [x.shape for x in w["decoder"]] == [(3, 2, 5, 5)] * 2
+    assert [x.shape for x in w["cross"]] == [(3, 2, 5, 6)] * 2
+    for cross in w["cross"]:
+        assert (cross[1, ..., 4:] == 0).all() and (cross[2, ..., 2:] == 0).all()
+
+
+def test_encoder_matches_nn_transformer_encoder(copy_layer):
+    """The encoder stack after the embedding equals nn.TransformerEncoder with the same layers and mask."""
+    cfg = tiny_config(norm_first=True)
+    enc = Encoder(cfg).eval()
+    ref = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True),
+                                num_layers=2, norm=nn.LayerNorm(16), enable_nested_tensor=False)
+    for ours, theirs in zip(enc.layers, ref.layers):
+        copy_layer(ours, theirs)
+    enc.norm.load_state_dict(ref.norm.state_dict())
+    src, _ = batch()
+    pad = src != 0
+    x = enc.pos(enc.embed(src))
+    expected = ref(x, src_key_padding_mask=~pad)
+    memory, _ = enc(src)
+    assert_close(memory[pad], expected[pad], rtol=1e-5, atol=1e-5)
+
+
+def test_decoder_only_lm_forward():
+    model = DecoderOnlyLM(tiny_config()).eval()
+    assert model.decoder.layers[0].multihead_attn is None
+    ids = torch.randint(1, V, (2, 7))
+    logits = model(ids)
+    assert logits.shape == (2, 7, V)
+    logits2, w = model(ids, need_weights=True)
+    assert_close(logits2, logits, rtol=1e-5, atol=1e-5)
+    assert [x.shape for x in w] == [(2, 2, 7, 7)] * 2
+    assert not any(n.startswith("encoder") for n, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("cls", [Transformer, DecoderOnlyLM])
+def test_weight_tying(cls):
+    tied = cls(tiny_config())
+    assert tied.decoder.lm_head.weight is tied.decoder.embed.embedding.weight
+    untied = cls(tiny_config(tie_weights=False))
+    assert untied.decoder.lm_head.weight is not untied.decoder.embed.embedding.weight
+    n_tied = sum(p.numel() for p in tied.parameters())
+    n_untied = sum(p.numel() for p in untied.parameters())
+    assert n_untied - n_tied == V * 16
+
+
+def test_dropout_is_active_only_in_training():
+    model = Transformer(tiny_config(dropout=0.3))
+    src, tgt = batch()
+    model.train()
+    assert not torch.allclose(model(src, tgt), model(src, tgt))
+    model.eval()
+    assert torch.equal(model(src, tgt), model(src, tgt))
+
+
+def test_transformer_gradients_reach_every_parameter():
+    model = Transformer(tiny_config(tie_weights=False, positional="learned"))
+    src, tgt = batch()
+    model(src, tgt).logsumexp(-1).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []
+
+
+# --------------------------------------------------------------------------------------------- save / load
+
+def roundtrip(model, make, tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save(model.state_dict(), path)
+    torch.manual_seed(1234)  # a differently initialised fresh model
+    fresh = make()
+    fresh.load_state_dict(torch.load(path, weights_only=True))
+    return fresh.eval()
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("tie", [True, False])
+def test_transformer_state_dict_round_trip(tie, positional, tmp_path):
+    make = lambda: Transformer(tiny_config(tie_weights=tie, positional=positional, src_vocab_size=V_SRC))  # noqa: E731
+    model = make().eval()
+    src, tgt = batch(src_vocab=V_SRC)
+    fresh_before = make().eval()
+    assert not torch.allclose(fresh_before(src, tgt), model(src, tgt))
+    fresh = roundtrip(model, make, tmp_path)
+    assert torch.equal(fresh(src, tgt), model(src, tgt))
+    keys = model.state_dict().keys()
+    assert not any(k.endswith("pos.pe") for k in keys)  # the sinusoidal table is not saved
+    assert any(k.endswith("pos.embedding.weight") for k in keys) == (positional == "learned")
+    assert (fresh.decoder.lm_head.weight is fresh.decoder.embed.embedding.weight) == tie
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_decoder_only_lm_state_dict_round_trip(positional, tmp_path):
+    make = lambda: DecoderOnlyLM(tiny_config(positional=positional))  # noqa: E731
+    model = make().eval()
+    ids = torch.randint(1, V, (2, 9))
+    fresh = roundtrip(model, make, tmp_path)
+    assert torch.equal(fresh(ids), model(ids))
+    assert "pe" not in {k.rsplit(".", 1)[-1] for k in fresh.state_dict()}
+    # Still tied after loading: one tensor, and training moves both together.
+    assert fresh.decoder.lm_head.weight is fresh.decoder.embed.embedding.weight
+    opt = torch.optim.SGD(fresh.parameters(), lr=0.1)
+    fresh.train()
+    fresh(ids).sum().backward()
+    opt.step()
+    assert torch.equal(fresh.decoder.lm_head.weight, fresh.decoder.embed.embedding.weight)
+    assert not torch.equal(fresh.decoder.lm_head.weight, model.decoder.lm_head.weight)
+
+
+def test_sinusoidal_table_is_rebuilt_not_loaded(tmp_path):
+    model = DecoderOnlyLM(tiny_config())
+    fresh = roundtrip(model, lambda: DecoderOnlyLM(tiny_config()), tmp_path)
+    assert torch.equal(fresh.decoder.pos.pe, model.decoder.pos.pe)
+    assert "decoder.pos.pe" in dict(fresh.named_buffers())
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("which, bad_value", [("src", -1), ("src", V_SRC), ("tgt", -3), ("tgt", V)])
+def test_transformer_rejects_ids_outside_the_vocabulary(which, bad_value):
+    model = Transformer(tiny_config(src_vocab_size=V_SRC))
+    src, tgt = batch(src_vocab=V_SRC)
+    (src if which == "src" else tgt)[0, 1] = bad_value
+    vocab = V_SRC if which == "src" else V
+    got = rf"\[{bad_value}, \d+\]" if bad_value < 0 else rf"\[\d+, {bad_value}\]"
+    with pytest.raises(ValueError, match=rf"{which}: expected ids in \[0, {vocab - 1}\] \(vocab_size={vocab}\), got values in {got}"):
+        model(src, tgt)
+
+
+@pytest.mark.parametrize("bad_value", [-1, V])
+def test_decoder_only_lm_rejects_ids_outside_the_vocabulary(bad_value):
+    ids = torch.randint(1, V, (2, 5))
+    ids[1, 3] = bad_value
+    got = rf"\[{bad_value}, \d+\]" if bad_value < 0 else rf"\[\d+, {bad_value}\]"
+    with pytest.raises(ValueError, match=rf"ids: expected ids in \[0, {V - 1}\] \(vocab_size={V}\), got values in {got}"):
+        DecoderOnlyLM(tiny_config())(ids)
+
+
+@pytest.mark.parametrize("src_shape, tgt_shape, which", [
+    ((0, 4), (0, 3), "src"), ((2, 0), (2, 3), "src"), ((2, 4), (2, 0), "tgt"),
+])
+def test_transformer_rejects_empty_batch_or_sequence(src_shape, tgt_shape, which):
+    model = Transformer(tiny_config())
+    bad = src_shape if which == "src" else tgt_shape
+    with pytest.raises(ValueError, match=rf"{which}: expected a non-empty batch and sequence.*\({bad[0]}, {bad[1]}\)"):
+        model(torch.ones(src_shape, dtype=torch.long), torch.ones(tgt_shape, dtype=torch.long))
+
+
+def test_decoder_only_lm_rejects_empty_sequence():
+    with pytest.raises(ValueError, match=r"ids: expected a non-empty batch and sequence.*\(2, 0\)"):
+        DecoderOnlyLM(tiny_config())(torch.ones(2, 0, dtype=torch.long))
+
+
+def test_transformer_rejects_batch_size_mismatch():
+    model = Transformer(tiny_config())
+    with pytest.raises(ValueError, match=r"tgt: expected batch size 3 as in src, got 2"):
+        model(torch.ones(3, 4, dtype=torch.long), torch.ones(2, 5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("which, S, T", [("src", 25, 5), ("tgt", 5, 30)])
+def test_transformer_rejects_sequence_longer_than_the_positional_table(which, S, T, positional):
+    model = Transformer(tiny_config(positional=positional))  # max_len=24
+    bad = (2, S) if which == "src" else (2, T)
+    with pytest.raises(ValueError, match=rf"{which}: expected at most max_len=24 positions.*got shape \({bad[0]}, {bad[1]}\)"):
+        model(torch.ones(2, S, dtype=torch.long), torch.ones(2, T, dtype=torch.long))
+    assert model(torch.ones(2, 24, dtype=torch.long), torch.ones(2, 24, dtype=torch.long)).shape == (2, 24, V)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_decoder_only_lm_rejects_sequence_longer_than_the_positional_table(positional):
+    model = DecoderOnlyLM(tiny_config(positional=positional))
+    with pytest.raises(ValueError, match=r"ids: expected at most max_len=24 positions.*got shape \(1, 25\)"):
+        model(torch.ones(1, 25, dtype=torch.long))
+
+
+def test_transformer_rejects_float_ids():
+    with pytest.raises(ValueError, match=r"src: expected an integer dtype, got torch\.float32"):
+        Transformer(tiny_config())(torch.ones(2, 3), torch.ones(2, 3, dtype=torch.long))
+
+
+def test_decoder_requires_memory():
+    dec = Decoder(tiny_config(), cross_attention=True)
+    with pytest.raises(ValueError, match=r"memory: expected the encoder output"):
+        dec(torch.ones(2, 3, dtype=torch.long))
+
+
+def test_encoder_with_padding_mask_helper_agrees():
+    """The encoder's own padding mask is the one attention_mask builds from the source's pad positions."""
+    cfg = tiny_config()
+    enc = Encoder(cfg).eval()
+    src, _ = batch()
+    memory, w = enc(src, need_weights=True)
+    mask = attention_mask(padding_mask((src != 0).sum(1), src.shape[1]))
+    x = enc.pos(enc.embed(src))
+    for layer in enc.layers:
+        x, _ = layer(x, mask)
+    assert_close(memory, enc.norm(x), rtol=1e-6, atol=1e-6)
+    assert len(w) == 2

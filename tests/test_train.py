@@ -1,0 +1,320 @@
+"""tfmini.train: learning-rate schedules, loss, the fit loop (reproducible, honours its limits) and accuracy."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfmini import (Batches, DecoderOnlyLM, History, Transformer, TransformerConfig, Vocab, batch_loss, copy_task,
+                    default_device, encode_pairs, evaluate, fit, sequence_accuracy, set_seed, token_accuracy,
+                    transformer_lr, warmup_schedule)
+
+
+def copy_setup(n=48, seed=0):
+    pairs = copy_task(n, min_len=2, max_len=5, num_symbols=5, seed=seed)
+    vocab = Vocab.build(s for s, _ in pairs)
+    data = encode_pairs(pairs, vocab, vocab)
+    cfg = TransformerConfig(vocab_size=len(vocab), d_model=32, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=16)
+    return cfg, data
+
+
+def new_model(cfg, seed=0):
+    torch.manual_seed(seed)
+    return Transformer(cfg)
+
+
+# --------------------------------------------------------------------------------------------- schedules
+
+@pytest.mark.parametrize("step, d_model, warmup", [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000),
+                                                   (4001, 512, 4000), (100_000, 512, 4000), (50, 64, 10)])
+def test_transformer_lr_is_the_papers_formula(step, d_model, warmup):
+    expected = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    assert transformer_lr(step, d_model, warmup) == pytest.approx(expected, rel=1e-12)
+
+
+def test_transformer_lr_known_values():
+    assert transformer_lr(4000, 512) == pytest.approx(6.987712429686844e-4, rel=1e-9)  # the peak
+    assert transformer_lr(0, 512) == transformer_lr(1, 512)  # steps count from 1
+    rates = [transformer_lr(s, 512) for s in range(1, 10_000, 37)]
+    peak = max(range(len(rates)), key=rates.__getitem__)
+    assert all(a < b for a, b in zip(rates[:peak], rates[1:peak + 1]))
+    assert all(a > b for a, b in zip(rates[peak:], rates[peak + 1:]))
+
+
+def lrs_of(sched, opt, n):
+    out = []
+    for _ in range(n):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+@pytest.mark.parametrize("warmup", [1, 4, 10])
+def test_warmup_schedule_shape(warmup):
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+    lrs = lrs_of(warmup_schedule(opt, warmup), opt, 5 * warmup + 5)
+    for s, lr in enumerate(lrs):  # s = number of optimiser steps taken before this one
+        if s < warmup:
+            assert lr == pytest.approx(0.5 * (s + 1) / warmup)  # linear rise
+        else:
+            assert lr == pytest.approx(0.5 * math.sqrt(warmup / (s + 1)))  # inverse square root
+        # the same shape as the paper's schedule, scaled to peak at the given rate
+        assert lr == pytest.approx(0.5 * transformer_lr(s + 1, 64, warmup) / transformer_lr(warmup, 64, warmup))
+    assert max(lrs) == pytest.approx(0.5) and lrs.index(max(lrs)) == warmup - 1
+
+
+def test_warmup_schedule_zero_is_constant_and_negative_is_an_error():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    assert lrs_of(warmup_schedule(opt, 0), opt, 5) == [0.1] * 5
+    with pytest.raises(ValueError, match=r"warmup_steps: expected >= 0, got -3"):
+        warmup_schedule(opt, -3)
+
+
+# --------------------------------------------------------------------------------------------- loss
+
+def test_batch_loss_paired_is_masked_next_token_cross_entropy():
+    cfg, data = copy_setup(8)
+    model = new_model(cfg).eval()
+    src, tgt = next(iter(Batches(data, 8, shuffle=False)))
+    loss = batch_loss(model, (src, tgt), pad_id=0)
+    logits = model(src, tgt[:, :-1])
+    gold = tgt[:, 1:]
+    real = gold != 0
+    expected = F.cross_entropy(logits[real], gold[real])
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-6)
+    smoothed = batch_loss(model, (src, tgt), pad_id=0, label_smoothing=0.1)
+    torch.testing.assert_close(smoothed, F.cross_entropy(logits[real], gold[real], label_smoothing=0.1),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_batch_loss_for_a_language_model():
+    cfg = TransformerConfig(vocab_size=9, d_model=16, num_heads=2, num_decoder_layers=1, dropout=0.0)
+    model = DecoderOnlyLM(cfg).eval()
+    ids = torch.tensor([[1, 4, 5, 6, 2], [1, 7, 2, 0, 0]])
+    logits = model(ids[:, :-1])
+    gold = ids[:, 1:]
+    expected = F.cross_entropy(logits[gold != 0], gold[gold != 0])
+    torch.testing.assert_close(batch_loss(model, ids), expected, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------- fit
+
+def test_default_device_and_set_seed():
+    assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    set_seed(5)
+    a = (torch.rand(3), __import__("random").random(), __import__("numpy").random.rand())
+    set_seed(5)
+    b = (torch.rand(3), __import__("random").random(), __import__("numpy").random.rand())
+    assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+
+
+def test_fit_is_reproducible():
+    cfg, data = copy_setup()
+    runs = []
+    for _ in range(2):
+        model = new_model(dataclasses.replace(cfg, dropout=0.1))  # dropout draws from the seed too
+        hist = fit(model, Batches(data, 8, seed=3), steps=12, lr=3e-3, seed=11, log_every=1, progress=False)
+        runs.append((hist.loss, [p.detach().clone() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+    model = new_model(dataclasses.replace(cfg, dropout=0.1))
+    other = fit(model, Batches(data, 8, seed=3), steps=12, lr=3e-3, seed=12, log_every=1, progress=False)
+    assert other.loss != runs[0][0]
+
+
+def test_fit_decreases_the_loss_on_a_copy_task():
+    cfg, data = copy_setup()
+    model = new_model(cfg)
+    hist = fit(model, Batches(data, 16, seed=0), steps=60, lr=3e-3, warmup_steps=5, log_every=1, progress=False)
+    assert len(hist.loss) == 60
+    first, last = sum(hist.loss[:5]) / 5, sum(hist.loss[-5:]) / 5
+    assert last < 0.5 * first, (first, last)
+    assert not model.training  # fit leaves the model in eval mode
+
+
+def test_fit_honours_steps_and_logs():
+    cfg, data = copy_setup(16)
+    hist = fit(new_model(cfg), Batches(data, 4), steps=7, log_every=3, progress=False)
+    assert hist.step == [3, 6, 7]  # every log_every steps and the last one
+    assert len(hist.loss) == len(hist.lr) == len(hist.time) == 3
+    assert hist.time == sorted(hist.time) and hist.seconds == hist.time[-1] > 0
+    # steps may span several passes over the data
+    hist = fit(new_model(cfg), Batches(data, 4), steps=10, log_every=1, progress=False)
+    assert hist.step == list(range(1, 11))
+
+
+@pytest.mark.parametrize("epochs, batch_size", [(1, 4), (2, 5)])
+def test_fit_honours_epochs(epochs, batch_size):
+    cfg, data = copy_setup(16)
+    batches = Batches(data, batch_size)
+    hist = fit(new_model(cfg), batches, epochs=epochs, log_every=1, progress=False)
+    assert hist.step[-1] == epochs * len(batches)
+    assert batches.epoch == epochs
+    # with both, the first limit reached wins
+    assert fit(new_model(cfg), Batches(data, 4), epochs=3, steps=5, log_every=1, progress=False).step[-1] == 5
+
+
+def test_fit_records_the_learning_rate_of_the_warmup():
+    cfg, data = copy_setup(16)
+    hist = fit(new_model(cfg), Batches(data, 4), steps=8, lr=1e-2, warmup_steps=4, log_every=1, progress=False)
+    expected = [1e-2 * min((s + 1) / 4, math.sqrt(4 / (s + 1))) for s in range(1, 9)]
+    assert hist.lr == pytest.approx(expected)
+
+
+def test_fit_evaluates_and_stops_early():
+    cfg, data = copy_setup(16)
+    calls = []
+
+    def eval_fn(model):
+        calls.append(model.training)
+        return {"score": len(calls) / 10}
+
+    hist = fit(new_model(cfg), Batches(data, 4), steps=100, eval_fn=eval_fn, eval_every=3,
+               stop_fn=lambda m: m["score"] >= 0.2, progress=False)
+    assert [e["step"] for e in hist.evals] == [3, 6]
+    assert [e["score"] for e in hist.evals] == [0.1, 0.2]
+    assert calls == [False, False]  # evaluated in eval mode
+    assert all(e["time"] >= 0 for e in hist.evals)
+
+
+def test_fit_evaluates_at_the_end():
+    cfg, data = copy_setup(16)
+    hist = fit(new_model(cfg), Batches(data, 4), steps=5, eval_fn=lambda m: {"x": 1.0}, eval_every=2,
+               progress=False)
+    assert [e["step"] for e in hist.evals] == [2, 4, 5]
+
+
+def test_fit_honours_the_time_limit():
+    cfg, data = copy_setup(16)
+    hist = fit(new_model(cfg), Batches(data, 4), steps=10_000, time_limit=0.0, log_every=1, progress=False)
+    assert hist.step == [1]
+    hist = fit(new_model(cfg), Batches(data, 4), steps=10_000, time_limit=0.3, log_every=1, progress=False)
+    assert 1 <= hist.step[-1] < 10_000 and hist.time[-1] >= 0.3
+
+
+def first_step_change(cfg, data, **kw):
+    model = new_model(cfg)
+    before = [p.detach().clone() for p in model.parameters()]
+    hist = fit(model, Batches(data, 8, shuffle=False), steps=1, lr=1e-2, log_every=1, progress=False, **kw)
+    change = sum((p.detach() - b).abs().sum().item() for p, b in zip(model.parameters(), before))
+    return change, hist.loss[0]
+
+
+def test_fit_clips_gradients_and_smooths_labels():
+    cfg, data = copy_setup(8)
+    free, loss = first_step_change(cfg, data, clip_norm=None)
+    clipped, clipped_loss = first_step_change(cfg, data, clip_norm=1e-10)  # gradients far below Adam's eps
+    assert clipped < 0.1 * free and clipped_loss == loss
+    _, smoothed_loss = first_step_change(cfg, data, label_smoothing=0.2)
+    assert smoothed_loss != pytest.approx(loss, rel=1e-3)
+
+
+def test_fit_requires_steps_or_epochs():
+    cfg, data = copy_setup(8)
+    with pytest.raises(ValueError, match=r"steps, epochs: expected at least one of them, got neither"):
+        fit(new_model(cfg), Batches(data, 4))
+
+
+def test_fit_progress_outside_a_notebook_goes_to_stderr(capsys):
+    cfg, data = copy_setup(8)
+    fit(new_model(cfg), Batches(data, 4), steps=2, log_every=1, progress=True)
+    captured = capsys.readouterr()
+    assert "step 2/2" in captured.err and captured.out == ""
+
+
+def test_history_defaults():
+    h = History()
+    assert h.seconds == 0.0 and h.loss == [] and h.evals == []
+
+
+# --------------------------------------------------------------------------------------------- accuracy
+
+def test_token_and_sequence_accuracy_on_hand_made_tensors():
+    target = torch.tensor([[5, 6, 2, 0], [7, 2, 0, 0], [8, 9, 9, 2]])
+    perfect = target.clone()
+    assert token_accuracy(perfect, target) == 1.0 and sequence_accuracy(perfect, target) == 1.0
+    pred = torch.tensor([[5, 6, 2, 0], [7, 3, 0, 0], [8, 9, 1, 2]])
+    assert token_accuracy(pred, target) == pytest.approx(7 / 9)
+    assert sequence_accuracy(pred, target) == pytest.approx(1 / 3)
+    # What the prediction has after the target's padding does not count ...
+    noisy_tail = torch.tensor([[5, 6, 2, 4], [7, 2, 9, 9], [8, 9, 9, 2]])
+    assert token_accuracy(noisy_tail, target) == 1.0 and sequence_accuracy(noisy_tail, target) == 1.0
+    # ... but a missing EOS does.
+    assert sequence_accuracy(torch.tensor([[5, 6, 4, 0], [7, 2, 0, 0], [8, 9, 9, 2]]), target) == pytest.approx(2 / 3)
+
+
+def test_accuracy_with_shorter_or_longer_predictions():
+    target = torch.tensor([[5, 6, 2], [7, 2, 0]])
+    short = torch.tensor([[5], [7]])  # padded with pad_id: EOS missing
+    assert token_accuracy(short, target) == pytest.approx(2 / 5)
+    assert sequence_accuracy(short, target) == 0.0
+    long = torch.tensor([[5, 6, 2, 0, 0], [7, 2, 0, 0, 0]])
+    assert token_accuracy(long, target) == 1.0 and sequence_accuracy(long, target) == 1.0
+
+
+def test_accuracy_respects_pad_id():
+    target = torch.tensor([[5, 6, 9, 9]])
+    pred = torch.tensor([[5, 7, 0, 0]])
+    assert token_accuracy(pred, target, pad_id=9) == pytest.approx(0.5)
+    assert token_accuracy(pred, target, pad_id=0) == pytest.approx(0.25)
+
+
+def test_accuracy_rejects_batch_mismatch():
+    with pytest.raises(ValueError, match=r"pred: expected batch size 2 as in target, got 3"):
+        token_accuracy(torch.zeros(3, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+# --------------------------------------------------------------------------------------------- evaluate
+
+def oracle_batches(n=13, seed=0):
+    pairs = copy_task(n, min_len=1, max_len=6, num_symbols=7, seed=seed)
+    vocab = Vocab.build(s for s, _ in pairs)
+    return len(vocab), Batches(encode_pairs(pairs, vocab, vocab), 4, shuffle=False)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_evaluate_is_perfect_for_a_perfect_model(copy_oracle, beam_size):
+    V, batches = oracle_batches()
+    model = copy_oracle(V, eos_id=Vocab.eos_id, pad_id=Vocab.pad_id)
+    model.train()
+    result = evaluate(model, batches, max_len=10, bos_id=Vocab.bos_id, eos_id=Vocab.eos_id, beam_size=beam_size)
+    assert result == {"token_acc": 1.0, "seq_acc": 1.0}
+    assert model.training  # the mode is restored
+
+
+def test_evaluate_counts_mistakes(copy_oracle):
+    V, batches = oracle_batches()
+
+    class OffByOne(copy_oracle):
+        """Right except that it stops one token early on sources longer than 2."""
+
+        def decode_next(self, ys, state, use_cache=True):
+            src = state["src"].clone()
+            lengths = (src != 0).sum(1)
+            longer = lengths > 2
+            src[longer, lengths[longer] - 1] = 0
+            return super().decode_next(ys, {"src": src}, use_cache)
+
+    result = evaluate(OffByOne(V), batches, max_len=10, bos_id=1, eos_id=2)
+    gold_lengths = [int((tgt[i] != 0).sum()) - 1 for _, tgt in batches for i in range(tgt.shape[0])]
+    wrong = sum(n > 3 for n in gold_lengths)  # sources longer than 2 (+ EOS)
+    assert result["seq_acc"] == pytest.approx(1 - wrong / len(gold_lengths))
+    assert 0 < result["token_acc"] < 1
+
+
+def test_trained_transformer_evaluates_well_on_copy():
+    cfg, data = copy_setup(64)
+    model = new_model(cfg)
+    batches = Batches(data, 16, seed=0)
+    hist = fit(model, batches, steps=1000, lr=3e-3, warmup_steps=20, progress=False,  # stops when perfect
+               eval_fn=lambda m: evaluate(m, Batches(data, 64, shuffle=False), 8, 1, 2),
+               eval_every=50, stop_fn=lambda m: m["seq_acc"] == 1.0)
+    final = hist.evals[-1]
+    assert final["seq_acc"] == 1.0 and final["token_acc"] == 1.0
+    assert final == {**final, **evaluate(model, Batches(data, 64, shuffle=False), 8, 1, 2, beam_size=2)}
