@@ -97,8 +97,11 @@ class AdditiveScore(nn.Module):
         self.W_k = nn.Linear(d_key, d_hidden, bias=True)
         self.v = nn.Linear(d_hidden, 1, bias=False)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        hidden = torch.tanh(self.W_q(query)[:, :, None, :] + self.W_k(keys)[:, None, :, :])  # (B, T, S, Dh)
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, projected_keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``projected_keys`` = ``W_k(keys)``, if already computed (an RNN decoder reuses it at every step)."""
+        if projected_keys is None:
+            projected_keys = self.W_k(keys)  # (B, S, Dh)
+        hidden = torch.tanh(self.W_q(query)[:, :, None, :] + projected_keys[:, None, :, :])  # (B, T, S, Dh)
         return self.v(hidden).squeeze(-1)  # (B, T, S)
 
 
@@ -126,14 +129,15 @@ class BahdanauAttention(nn.Module):
         super().__init__()
         self.score = AdditiveScore(d_query, d_key, d_hidden)
 
-    def forward(self, query: torch.Tensor, features: torch.Tensor,
-                mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, query: torch.Tensor, features: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                projected_keys: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``projected_keys``: ``self.score.W_k(features)``, computed once per source sequence by a decoder."""
         if query.dim() != 2 or query.shape[-1] != self.score.W_q.in_features:
             raise ValueError(f"query: expected shape (B, {self.score.W_q.in_features}), got {tuple(query.shape)}")
         check_3d(features, "features", self.score.W_k.in_features)
         if mask is not None:
             check_mask_broadcasts(mask, tuple(features.shape[:2]), "mask")
-        scores = self.score(query[:, None, :], features)[:, 0]  # (B, S)
+        scores = self.score(query[:, None, :], features, projected_keys)[:, 0]  # (B, S)
         weights = masked_softmax(scores, mask).to(features.dtype)  # (B, S)
         context = (weights[:, :, None] * features).sum(dim=1)  # (B, Dk)
         return context, weights

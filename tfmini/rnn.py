@@ -70,16 +70,14 @@ def reverse_padded(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 class _RNNSeq2SeqBase(nn.Module):
-    """Embeddings, a (packed) LSTM encoder and the shared decoding loop."""
+    """Embeddings, a (packed) LSTM encoder, input checks and the decoding interface."""
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int, d_hidden: int,
-                 pad_id: int, decoder_input: int):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int, d_hidden: int, pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size, self.pad_id = src_vocab_size, tgt_vocab_size, pad_id
         self.src_embed = nn.Embedding(src_vocab_size, d_emb, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_emb, padding_idx=pad_id)
         self.encoder = nn.LSTM(d_emb, d_hidden, batch_first=True)
-        self.decoder_cell = nn.LSTMCell(decoder_input, d_hidden)
 
     def _encode(self, src: torch.Tensor):
         """src ``(B, S)`` -> outputs ``(B, S, Hd)`` (zeros at padding) and the last real state ``(h, c)``."""
@@ -98,32 +96,21 @@ class _RNNSeq2SeqBase(nn.Module):
             if src.shape[0] != tgt.shape[0]:
                 raise ValueError(f"tgt: expected batch size {src.shape[0]} as in src, got {tgt.shape[0]}")
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False):
-        self._check(src, tgt)
-        state = self._start(src)
-        logits, weights = [], []
-        for t in range(tgt.shape[1]):
-            step_logits, w = self._step(tgt[:, t], state)
-            logits.append(step_logits)
-            weights.append(w)
-        logits = torch.stack(logits, dim=1)  # (B, T, V)
-        if not need_weights:
-            return logits
-        return logits, (torch.stack(weights, dim=1) if weights[0] is not None else None)  # (B, T, S)
-
     def start_decoding(self, src: torch.Tensor) -> dict:
         self._check(src)
         return self._start(src)
 
     def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
         """Logits ``(B, V)`` after feeding the newest token ``ys[:, -1]``; updates ``state`` in place."""
-        logits, _ = self._step(ys[:, -1], state)
-        return logits
+        return self._step(ys[:, -1], state)
 
 
 class Seq2SeqRNN(_RNNSeq2SeqBase):
     """LSTM encoder-decoder with one fixed context vector: the encoder's last state ``(h, c)``
-    initialises the decoder, which never sees the source again (eq. (1)-(3) of the lecture notes).
+    initialises the decoder, which never sees the source again (eqs. (1)-(3) of the lecture notes).
+
+    With teacher forcing the decoder's inputs are all known, so training runs the decoder LSTM over
+    the whole target at once; decoding feeds it one token at a time.
 
     Args:
         reverse_source: feed the source reversed (Sutskever et al., 2014).
@@ -133,8 +120,9 @@ class Seq2SeqRNN(_RNNSeq2SeqBase):
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,
                  pad_id: int = 0, reverse_source: bool = False):
-        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id, decoder_input=d_emb)
+        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id)
         self.reverse_source = reverse_source
+        self.decoder = nn.LSTM(d_emb, d_hidden, batch_first=True)
         self.out = nn.Linear(d_hidden, tgt_vocab_size)
 
     def _start(self, src):
@@ -143,18 +131,27 @@ class Seq2SeqRNN(_RNNSeq2SeqBase):
         _, (h, c) = self._encode(src)
         return {"h": h, "c": c}
 
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False):
+        self._check(src, tgt)
+        state = self._start(src)
+        out, _ = self.decoder(self.tgt_embed(tgt), (state["h"][None], state["c"][None]))  # (B, T, Hd)
+        logits = self.out(out)  # (B, T, V)
+        return (logits, None) if need_weights else logits
+
     def _step(self, y_prev, state):
-        state["h"], state["c"] = self.decoder_cell(self.tgt_embed(y_prev), (state["h"], state["c"]))
-        return self.out(state["h"]), None
+        out, (h, c) = self.decoder(self.tgt_embed(y_prev)[:, None], (state["h"][None], state["c"][None]))
+        state["h"], state["c"] = h[0], c[0]
+        return self.out(out[:, 0])  # (B, V)
 
 
 class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
     r"""LSTM encoder-decoder with Bahdanau attention, eqs. (4)-(8) of the lecture notes.
 
-    Features :math:`\mathbf f_t = W_f \mathbf h^e_t`; at step :math:`l` the previous decoder state
-    :math:`\mathbf h^d_{l-1}` scores every feature, the softmax gives :math:`\alpha_l` and the
-    context :math:`\mathbf v_l = \sum_t \alpha_{lt} \mathbf f_t` enters the LSTM with
-    :math:`\mathbf y_{l-1}`. The output layer reads ``[h_l; v_l]``.
+    Features :math:`\mathbf f_j = W_f \mathbf h^e_j`; at step :math:`i` the previous decoder state
+    :math:`\mathbf h^d_{i-1}` scores every feature, the softmax gives :math:`\alpha_i` and the
+    context :math:`\mathbf c_i = \sum_j \alpha_{ij} \mathbf f_j` enters the LSTM with the previous
+    token :math:`y_{i-1}`. The output layer reads ``[h_i; c_i]``. The context depends on the previous
+    decoder state, so even with teacher forcing the decoder runs one step at a time.
 
     Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also
     the attention weights ``(B, T, S)``.
@@ -162,17 +159,38 @@ class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,
                  d_attn: Optional[int] = None, pad_id: int = 0):
-        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id, decoder_input=d_emb + d_hidden)
+        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id)
+        self.decoder_cell = nn.LSTMCell(d_emb + d_hidden, d_hidden)
         self.features = nn.Linear(d_hidden, d_hidden)
         self.attention = BahdanauAttention(d_hidden, d_hidden, d_attn or d_hidden)
         self.out = nn.Linear(2 * d_hidden, tgt_vocab_size)
 
     def _start(self, src):
         enc_out, (h, c) = self._encode(src)
-        return {"h": h, "c": c, "features": self.features(enc_out), "mask": src != self.pad_id}
+        features = self.features(enc_out)  # (B, S, Hd)
+        return {"h": h, "c": c, "features": features, "mask": src != self.pad_id,
+                "keys": self.attention.score.W_k(features)}  # keys projected once, used at every step
+
+    def _advance(self, y_emb, state):
+        """One decoder step from the embedded previous token; returns the context and the weights."""
+        context, weights = self.attention(state["h"], state["features"], state["mask"], state["keys"])  # (B, Hd), (B, S)
+        x = torch.cat([y_emb, context], dim=-1)  # (B, E + Hd)
+        state["h"], state["c"] = self.decoder_cell(x, (state["h"], state["c"]))
+        return context, weights
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False):
+        self._check(src, tgt)
+        state = self._start(src)
+        emb = self.tgt_embed(tgt)  # (B, T, E)
+        hs, contexts, weights = [], [], []
+        for i in range(tgt.shape[1]):
+            context, w = self._advance(emb[:, i], state)
+            hs.append(state["h"])
+            contexts.append(context)
+            weights.append(w)
+        logits = self.out(torch.cat([torch.stack(hs, 1), torch.stack(contexts, 1)], dim=-1))  # (B, T, V)
+        return (logits, torch.stack(weights, dim=1)) if need_weights else logits  # weights (B, T, S)
 
     def _step(self, y_prev, state):
-        context, weights = self.attention(state["h"], state["features"], state["mask"])  # (B, Hd), (B, S)
-        x = torch.cat([self.tgt_embed(y_prev), context], dim=-1)  # (B, E + Hd)
-        state["h"], state["c"] = self.decoder_cell(x, (state["h"], state["c"]))
-        return self.out(torch.cat([state["h"], context], dim=-1)), weights
+        context, _ = self._advance(self.tgt_embed(y_prev), state)
+        return self.out(torch.cat([state["h"], context], dim=-1))  # (B, V)
