@@ -478,3 +478,15 @@ def test_mha_rejects_key_value_and_batch_mismatch():
         mha(torch.randn(2, 5, 16), torch.randn(2, 6, 16), torch.randn(2, 7, 16))
     with pytest.raises(ValueError, match=r"key: expected batch size 2 as in query, got 3"):
         mha(torch.randn(2, 5, 16), torch.randn(3, 6, 16), torch.randn(3, 6, 16))
+
+
+def test_score_modules_reject_wrong_widths():
+    from tfmini import AdditiveScore, BilinearScore
+    with pytest.raises(ValueError, match=r"keys: expected last dimension 5, got shape \(2, 4, 6\)"):
+        BilinearScore(3, 5)(torch.randn(2, 1, 3), torch.randn(2, 4, 6))
+    with pytest.raises(ValueError, match=r"query: expected last dimension 3, got shape \(2, 1, 4\)"):
+        BilinearScore(3, 5)(torch.randn(2, 1, 4), torch.randn(2, 4, 5))
+    with pytest.raises(ValueError, match=r"keys: expected last dimension d_model=5, got shape \(2, 4, 6\)"):
+        AdditiveScore(3, 5, 8)(torch.randn(2, 1, 3), torch.randn(2, 4, 6))
+    with pytest.raises(ValueError, match=r"query: expected last dimension d_model=3, got shape \(2, 1, 4\)"):
+        AdditiveScore(3, 5, 8)(torch.randn(2, 1, 4), torch.randn(2, 4, 5))

@@ -264,3 +264,18 @@ def test_load_parallel_tsv_names_the_malformed_line(tmp_path, bad_line):
     path.write_text(f"one\teins\n\ntwo\tzwei\n{bad_line}\nthree\tdrei\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"line 4: expected 'source<TAB>target', got"):
         load_parallel_tsv(path)
+
+
+def test_spelled_numbers_alignment_points_at_the_word_each_digit_comes_from():
+    from tfmini import spelled_numbers_alignment
+    src = ["four", "and", "twenty", ",", "seven", ",", "thirteen", ",", "forty"]
+    #       0        1       2        3     4       5     6           7     8
+    # target: 2 4 , 7 , 1 3 , 4 0
+    assert spelled_numbers_alignment(src) == [2, 0, 3, 4, 5, 6, 6, 7, 8, 8]
+    for s, t in spelled_numbers(200, 1, 12, seed=3):
+        a = spelled_numbers_alignment(s)
+        assert len(a) == len(t)
+        for tok, j in zip(t, a):
+            assert (tok == ",") == (s[j] == ",")
+    with pytest.raises(ValueError, match=r"src: expected a spelled_numbers source, got the group \['and'\]"):
+        spelled_numbers_alignment(["and"])

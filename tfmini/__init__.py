@@ -7,7 +7,7 @@ Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:
 from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
                         masked_softmax, scaled_dot_product_attention)
 from .data import (Batches, Vocab, copy_task, encode_pairs, load_parallel_tsv, number_words, pad_sequences,
-                   reverse_task, sort_task, spelled_numbers)
+                   reverse_task, sort_task, spelled_numbers, spelled_numbers_alignment)
 from .decoding import beam_search, greedy_decode, sample, select_batch
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .masks import attention_mask, causal_mask, pad_mask, padding_mask

@@ -46,6 +46,11 @@ def masked_softmax(scores: torch.Tensor, mask: Optional[torch.Tensor] = None, di
     return torch.softmax(s, dim=dim).masked_fill(~mask, 0.0)
 
 
+def _check_width(x: torch.Tensor, name: str, width: int) -> None:
+    if x.shape[-1] != width:
+        raise ValueError(f"{name}: expected last dimension {width}, got shape {tuple(x.shape)}")
+
+
 class DotScore(nn.Module):
     r"""Dot-product score :math:`a(\mathbf q, \mathbf k) = \mathbf q^\top \mathbf k` (optionally divided by :math:`\sqrt{d}`).
 
@@ -80,6 +85,8 @@ class BilinearScore(nn.Module):
         self.W = nn.Linear(d_key, d_query, bias=False)
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        _check_width(query, "query", self.W.out_features)
+        _check_width(keys, "keys", self.W.in_features)
         return query @ self.W(keys).transpose(-2, -1)  # (B, T, S)
 
 
@@ -99,7 +106,9 @@ class AdditiveScore(nn.Module):
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor, projected_keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``projected_keys`` = ``W_k(keys)``, if already computed (an RNN decoder reuses it at every step)."""
+        check_3d(query, "query", self.W_q.in_features)
         if projected_keys is None:
+            check_3d(keys, "keys", self.W_k.in_features)
             projected_keys = self.W_k(keys)  # (B, S, Dh)
         hidden = torch.tanh(self.W_q(query)[:, :, None, :] + projected_keys[:, None, :, :])  # (B, T, S, Dh)
         return self.v(hidden).squeeze(-1)  # (B, T, S)

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 __all__ = [
-    "Vocab", "copy_task", "reverse_task", "sort_task", "number_words", "spelled_numbers",
+    "Vocab", "copy_task", "reverse_task", "sort_task", "number_words", "spelled_numbers", "spelled_numbers_alignment",
     "pad_sequences", "encode_pairs", "Batches", "load_parallel_tsv",
 ]
 
@@ -131,6 +131,32 @@ def spelled_numbers(n: int, min_numbers: int = 1, max_numbers: int = 8, seed: in
             tgt += list(str(x))
         pairs.append((src, tgt))
     return pairs
+
+
+def spelled_numbers_alignment(src: Sequence[str]) -> List[int]:
+    """The reference alignment of a :func:`spelled_numbers` example: for each target token, the index of
+    the source token it is read from.
+
+    A tens digit comes from the tens word ("twenty" in "four and twenty"), a units digit from the units
+    word ("four"), both digits of 10-19 and of 20, 30, ... from their single word, a comma from the comma.
+    """
+    number_of = {w: i for i, w in enumerate(_UNITS)}
+    number_of.update({w: 10 + i for i, w in enumerate(_TEENS)})
+    number_of.update({w: 10 * i for i, w in enumerate(_TENS) if w})
+    alignment, start = [], 0
+    for end in [j for j, w in enumerate(src) if w == ","] + [len(src)]:
+        words = list(src[start:end])
+        if len(words) == 1 and words[0] in number_of:
+            n = number_of[words[0]]
+            alignment += [start] * len(str(n))
+        elif len(words) == 3 and words[1] == "and" and words[0] in _UNITS and words[2] in _TENS:
+            alignment += [start + 2, start]  # tens digit from the tens word, units digit from the units word
+        else:
+            raise ValueError(f"src: expected a spelled_numbers source, got the group {words!r} at position {start}")
+        if end < len(src):
+            alignment.append(end)  # the comma
+        start = end + 1
+    return alignment
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:

@@ -71,7 +71,7 @@ def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal positional en
         _, ax = plt.subplots(figsize=(7, 4))
     im = ax.imshow(pe.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
     ax.set_title(title)
-    ax.set_xlabel("dimension i")
+    ax.set_xlabel("dimension k")
     ax.set_ylabel("position p")
     ax.figure.colorbar(im, ax=ax)
     return ax

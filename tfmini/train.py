@@ -122,7 +122,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         label_smoothing: float = 0.0, pad_id: int = 0, seed: int = 0, device=None,
         eval_fn: Optional[Callable[[nn.Module], Dict[str, float]]] = None, eval_every: int = 100,
         stop_fn: Optional[Callable[[Dict[str, float]], bool]] = None, time_limit: Optional[float] = None,
-        log_every: int = 10, progress: bool = True) -> History:
+        log_every: int = 10, progress: bool = True,
+        loss_fn: Optional[Callable[[nn.Module, object], torch.Tensor]] = None) -> History:
     """Train with AdamW, warm-up, gradient clipping and (optionally) label smoothing.
 
     Args:
@@ -133,6 +134,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         stop_fn: stop early when it returns True for an evaluation (e.g. accuracy reached 1.0).
         time_limit: stop after this many seconds of training.
         progress: show a live status line (never left in a notebook's stored output).
+        loss_fn: ``loss_fn(model, batch) -> scalar loss`` for models that are not next-token
+            predictors (e.g. a tagger); default: :func:`batch_loss` with ``pad_id`` and ``label_smoothing``.
 
     Returns:
         a :class:`History`.
@@ -159,7 +162,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     try:
         while not stop and (epochs is None or epoch < epochs):
             for batch in batches:
-                loss = batch_loss(model, _to(batch, device), pad_id, label_smoothing)
+                batch = _to(batch, device)
+                loss = loss_fn(model, batch) if loss_fn else batch_loss(model, batch, pad_id, label_smoothing)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if clip_norm is not None:
