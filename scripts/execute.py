@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     # MPLBACKEND is unset, so a non-interactive backend set for scripts must not leak into kernels.
     os.environ.pop("MPLBACKEND", None)
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    # A fresh checkpoint folder for this run: a chapter may reuse a model trained by an earlier
+    # chapter of the same run (tfmini.fit_or_load), never one left over from another run.
+    os.environ["TFMINI_CACHE"] = tempfile.mkdtemp(prefix="tfmini-cache-")
 
     print(f"execute: kernel python = {sys.executable}")
     total = 0.0

@@ -45,7 +45,8 @@ if ((${#TFMINI_NOTEBOOKS[@]} == 0)); then
     echo "no notebooks in chapters/ yet: nothing to compare"
 else
     # Kernels must draw figures inline as they did under scripts/execute.sh: no MPLBACKEND for them.
-    env -u MPLBACKEND python -m pytest --nbval --nbval-current-env \
+    # A fresh checkpoint folder: chapters may reuse models trained earlier in this run only.
+    TFMINI_CACHE="$(mktemp -d)" env -u MPLBACKEND python -m pytest --nbval --nbval-current-env \
         --nbval-sanitize-with .ci/nbval_sanitize.cfg chapters/ -q -p no:cacheprovider
 fi
 stage_done "notebooks"

@@ -331,3 +331,22 @@ def test_fit_uses_a_custom_loss_fn():
 
     hist = fit(model, Batches(data, 8, seed=0), steps=3, log_every=1, progress=False, loss_fn=tagger_loss)
     assert len(seen) == 3 and hist.loss == [7.0, 7.0, 7.0]
+
+
+def test_fit_or_load_trains_once_then_loads_the_same_model(tmp_path):
+    from tfmini import fit_or_load
+    cfg, data = copy_setup()
+    kwargs = dict(steps=5, lr=3e-3, log_every=1, progress=False)
+    first_data, second_data = Batches(data, 8, seed=0), Batches(data, 8, seed=0)
+    a = new_model(cfg)
+    h1 = fit_or_load(a, first_data, name="copy", cache_dir=tmp_path, **kwargs)
+    assert not h1.loaded and len(list(tmp_path.glob("copy-*.pt"))) == 1
+    b = new_model(cfg)
+    h2 = fit_or_load(b, second_data, name="copy", cache_dir=tmp_path, **kwargs)
+    assert h2.loaded and h2.loss == h1.loss and second_data.epoch == first_data.epoch
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    c = new_model(cfg)
+    h3 = fit_or_load(c, Batches(data, 8, seed=0), name="copy", cache_dir=tmp_path, **{**kwargs, "lr": 1e-3})
+    assert not h3.loaded and len(list(tmp_path.glob("copy-*.pt"))) == 2  # another argument, another run
+    with pytest.raises(ValueError, match="eval_fn: expected None with fit_or_load"):
+        fit_or_load(c, Batches(data, 8), name="x", cache_dir=tmp_path, steps=1, eval_fn=lambda m: {})

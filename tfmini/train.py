@@ -6,11 +6,14 @@ encoder-decoder (``tgt`` = BOS ... EOS; teacher forcing feeds ``tgt[:, :-1]`` an
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
@@ -21,7 +24,7 @@ from torch import nn
 from .decoding import beam_search, greedy_decode
 
 __all__ = [
-    "default_device", "set_seed", "transformer_lr", "warmup_schedule", "batch_loss", "History", "fit",
+    "default_device", "set_seed", "transformer_lr", "warmup_schedule", "batch_loss", "History", "fit", "fit_or_load",
     "token_accuracy", "sequence_accuracy", "evaluate",
 ]
 
@@ -75,6 +78,7 @@ class History:
     lr: List[float] = field(default_factory=list)
     time: List[float] = field(default_factory=list)
     evals: List[Dict[str, float]] = field(default_factory=list)
+    loaded: bool = False  # True when fit_or_load took it from a checkpoint
 
     @property
     def seconds(self) -> float:
@@ -190,6 +194,59 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         bar.close()
         model.eval()
     return hist
+
+
+def _fingerprint(model: nn.Module, batches, fit_kwargs: dict) -> str:
+    """A key that changes with the architecture, the initial weights, the data, the training
+    arguments and the source code of tfmini itself, so that a stale checkpoint never matches."""
+    h = hashlib.sha256()
+    h.update(str(model).encode())
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    h.update(repr(sorted(fit_kwargs.items())).encode())
+    h.update(repr((getattr(batches, "examples", None), getattr(batches, "batch_size", None),
+                   getattr(batches, "seed", None), getattr(batches, "epoch", None))).encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_kwargs) -> History:
+    """:func:`fit`, or load the result of an identical earlier :func:`fit` from a checkpoint.
+
+    Chapters that train the same model with the same seed, data and arguments (say, chapter 2
+    re-using chapter 1's baseline) can share one training run. The checkpoint is keyed by the
+    architecture, the initial weights, the data, every training argument and tfmini's source code,
+    so any change retrains. The returned history has ``loaded=True`` when it came from disk.
+
+    Args:
+        name: a readable prefix for the checkpoint file.
+        cache_dir: where checkpoints live; default ``$TFMINI_CACHE`` or ``~/.cache/tfmini``.
+        fit_kwargs: passed to :func:`fit`; callables (``eval_fn``, ``stop_fn``, ``loss_fn``) are not
+            allowed, because they cannot be part of the key.
+    """
+    for key in ("eval_fn", "stop_fn", "loss_fn"):
+        if fit_kwargs.get(key) is not None:
+            raise ValueError(f"{key}: expected None with fit_or_load (a function cannot key a checkpoint), got {fit_kwargs[key]!r}")
+    cache = Path(cache_dir or os.environ.get("TFMINI_CACHE") or Path.home() / ".cache" / "tfmini")
+    path = cache / f"{name}-{_fingerprint(model, batches, fit_kwargs)}.pt"
+    if path.exists():
+        saved = torch.load(path, weights_only=True)
+        model.load_state_dict(saved["state_dict"])
+        device = fit_kwargs.get("device")
+        model.to(torch.device(device) if device is not None else default_device()).eval()
+        if saved["epoch"] is not None:
+            batches.epoch = saved["epoch"]  # leave the data where training would have left it
+        return History(**{**saved["history"], "loaded": True})
+    history = fit(model, batches, **fit_kwargs)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "history": asdict(history),
+                "epoch": getattr(batches, "epoch", None)}, tmp)
+    tmp.replace(path)
+    return history
 
 
 def _prefix_match(pred: torch.Tensor, target: torch.Tensor, pad_id: int):
