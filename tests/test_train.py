@@ -350,3 +350,38 @@ def test_fit_or_load_trains_once_then_loads_the_same_model(tmp_path):
     assert not h3.loaded and len(list(tmp_path.glob("copy-*.pt"))) == 2  # another argument, another run
     with pytest.raises(ValueError, match="eval_fn: expected None with fit_or_load"):
         fit_or_load(c, Batches(data, 8), name="x", cache_dir=tmp_path, steps=1, eval_fn=lambda m: {})
+
+
+def test_evaluate_by_length_bins_by_source_length():
+    from tfmini import Vocab, evaluate_by_length, reverse_task
+
+    pairs = reverse_task(40, 1, 12, seed=0)
+    vocab = Vocab.build(s for s, _ in pairs)
+    cfg = TransformerConfig(vocab_size=len(vocab), d_model=16, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, dropout=0.0, max_len=32)
+    model = new_model(cfg).eval()
+    rows = evaluate_by_length(model, pairs, vocab, vocab, bin_width=5, max_len=14)
+    assert [(r["lo"], r["hi"]) for r in rows] == [(1, 5), (6, 10), (11, 15)]
+    assert sum(r["n"] for r in rows) == 40
+    short = [(s, t) for s, t in pairs if len(s) <= 5]
+    expected = evaluate(model, Batches(encode_pairs(short, vocab, vocab), 500, shuffle=False), 14,
+                        vocab.bos_id, vocab.eos_id)
+    assert rows[0]["n"] == len(short)
+    assert rows[0]["seq_acc"] == expected["seq_acc"] and rows[0]["token_acc"] == expected["token_acc"]
+    with pytest.raises(ValueError, match="bin_width: expected >= 1, got 0"):
+        evaluate_by_length(new_model(cfg), pairs, vocab, vocab, bin_width=0)
+
+
+def test_warmup_schedule_cosine_decays_to_zero_and_checks_its_arguments():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+    lrs = lrs_of(warmup_schedule(opt, 4, schedule="cosine", total_steps=14), opt, 20)
+    assert lrs[:4] == pytest.approx([0.125, 0.25, 0.375, 0.5])  # the same linear warm-up
+    assert lrs[8] == pytest.approx(0.25)  # half-way down the cosine: 5 of 10 decay steps
+    assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))  # never rises after the peak
+    assert lrs[13:] == pytest.approx([0.0] * 7)  # 0 at total_steps and after
+    opt2 = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+    assert lrs_of(warmup_schedule(opt2, 4), opt2, 20) != lrs  # the default is unchanged (inverse sqrt)
+    with pytest.raises(ValueError, match=r"total_steps: expected an int > warmup_steps=4"):
+        warmup_schedule(opt, 4, schedule="cosine")
+    with pytest.raises(ValueError, match=r"schedule: expected 'inverse_sqrt' or 'cosine', got 'linear'"):
+        warmup_schedule(opt, 4, schedule="linear")

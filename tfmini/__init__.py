@@ -14,7 +14,7 @@ from .masks import attention_mask, causal_mask, pad_mask, padding_mask
 from .model import Decoder, DecoderOnlyLM, Encoder, TokenEmbedding, Transformer, TransformerConfig
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding
 from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
-from .train import (History, batch_loss, default_device, evaluate, fit, fit_or_load, sequence_accuracy, set_seed,
+from .train import (History, batch_loss, default_device, evaluate, evaluate_by_length, fit, fit_or_load, sequence_accuracy, set_seed,
                     token_accuracy, transformer_lr, warmup_schedule)
 
 from . import notebook, plot

@@ -25,7 +25,7 @@ from .decoding import beam_search, greedy_decode
 
 __all__ = [
     "default_device", "set_seed", "transformer_lr", "warmup_schedule", "batch_loss", "History", "fit", "fit_or_load",
-    "token_accuracy", "sequence_accuracy", "evaluate",
+    "token_accuracy", "sequence_accuracy", "evaluate", "evaluate_by_length",
 ]
 
 
@@ -47,11 +47,31 @@ def transformer_lr(step: int, d_model: int, warmup_steps: int = 4000) -> float:
     return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
-def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, schedule: str = "inverse_sqrt",
+                    total_steps: Optional[int] = None) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warm-up to the optimizer's learning rate over ``warmup_steps``, then inverse-square-root decay
-    (the shape of :func:`transformer_lr`, peaking at the given rate). ``warmup_steps=0``: constant rate."""
+    (the shape of :func:`transformer_lr`, peaking at the given rate). ``warmup_steps=0``: constant rate.
+
+    Args:
+        schedule: ``"inverse_sqrt"`` (the default, as above) or ``"cosine"``: after the warm-up, a
+            half cosine from the peak rate down to 0 at ``total_steps`` (and 0 after it).
+        total_steps: the step at which the cosine reaches 0; required with ``schedule="cosine"``.
+    """
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps: expected >= 0, got {warmup_steps}")
+    if schedule not in ("inverse_sqrt", "cosine"):
+        raise ValueError(f"schedule: expected 'inverse_sqrt' or 'cosine', got {schedule!r}")
+    if schedule == "cosine":
+        if total_steps is None or total_steps <= warmup_steps:
+            raise ValueError(f"total_steps: expected an int > warmup_steps={warmup_steps} with schedule='cosine', "
+                             f"got {total_steps}")
+
+        def cosine(s: int) -> float:
+            if s + 1 <= warmup_steps:
+                return (s + 1) / warmup_steps
+            done = min(1.0, (s + 1 - warmup_steps) / (total_steps - warmup_steps))
+            return 0.5 * (1.0 + math.cos(math.pi * done))
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, cosine)
     if warmup_steps == 0:
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     return torch.optim.lr_scheduler.LambdaLR(
@@ -127,7 +147,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         eval_fn: Optional[Callable[[nn.Module], Dict[str, float]]] = None, eval_every: int = 100,
         stop_fn: Optional[Callable[[Dict[str, float]], bool]] = None, time_limit: Optional[float] = None,
         log_every: int = 10, progress: bool = True,
-        loss_fn: Optional[Callable[[nn.Module, object], torch.Tensor]] = None) -> History:
+        loss_fn: Optional[Callable[[nn.Module, object], torch.Tensor]] = None,
+        schedule: str = "inverse_sqrt", total_steps: Optional[int] = None) -> History:
     """Train with AdamW, warm-up, gradient clipping and (optionally) label smoothing.
 
     Args:
@@ -140,6 +161,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         progress: show a live status line (never left in a notebook's stored output).
         loss_fn: ``loss_fn(model, batch) -> scalar loss`` for models that are not next-token
             predictors (e.g. a tagger); default: :func:`batch_loss` with ``pad_id`` and ``label_smoothing``.
+        schedule, total_steps: the learning-rate shape after the warm-up (see :func:`warmup_schedule`);
+            with ``schedule="cosine"``, ``total_steps`` defaults to ``steps``.
 
     Returns:
         a :class:`History`.
@@ -150,7 +173,7 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     device = torch.device(device) if device is not None else default_device()
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = warmup_schedule(opt, warmup_steps)
+    sched = warmup_schedule(opt, warmup_steps, schedule, total_steps if total_steps is not None else steps)
     hist, bar = History(), _Progress(progress)
     total = steps if steps is not None else epochs * len(batches)
     step, epoch, start, stop = 0, 0, time.perf_counter(), False
@@ -297,3 +320,26 @@ def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, 
         n_seq += src.shape[0]
     model.train(was_training)
     return {"token_acc": tok / n_tok, "seq_acc": seq / n_seq}
+
+
+def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width: int = 8, max_len: int = 40,
+                       beam_size: int = 1) -> List[Dict[str, float]]:
+    """:func:`evaluate` on token pairs grouped by source length in bins of ``bin_width`` tokens.
+
+    Returns:
+        one dict per non-empty bin, shortest first: ``{"lo", "hi", "n", "seq_acc", "token_acc"}``
+        (``lo``/``hi`` the bin's source lengths, ``n`` its number of examples).
+    """
+    from .data import Batches, encode_pairs
+
+    if bin_width < 1:
+        raise ValueError(f"bin_width: expected >= 1, got {bin_width}")
+    groups: Dict[int, list] = {}
+    for src, tgt in pairs:
+        groups.setdefault((len(src) - 1) // bin_width, []).append((src, tgt))
+    rows = []
+    for g in sorted(groups):
+        data = Batches(encode_pairs(groups[g], src_vocab, tgt_vocab), 500, pad_id=tgt_vocab.pad_id, shuffle=False)
+        acc = evaluate(model, data, max_len, tgt_vocab.bos_id, tgt_vocab.eos_id, tgt_vocab.pad_id, beam_size)
+        rows.append({"lo": g * bin_width + 1, "hi": (g + 1) * bin_width, "n": len(groups[g]), **acc})
+    return rows
