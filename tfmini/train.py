@@ -327,8 +327,8 @@ def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width:
     """:func:`evaluate` on token pairs grouped by source length in bins of ``bin_width`` tokens.
 
     Returns:
-        one dict per non-empty bin, shortest first: ``{"lo", "hi", "n", "seq_acc", "token_acc"}``
-        (``lo``/``hi`` the bin's source lengths, ``n`` its number of examples).
+        A list with one dict per non-empty bin (shortest first) with the keys ``lo`` and ``hi`` (the
+        bin's source lengths), ``n`` (its number of examples), ``seq_acc`` and ``token_acc``.
     """
     from .data import Batches, encode_pairs
 
