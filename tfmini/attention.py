@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ._checks import check_3d, check_bool_mask, check_mask_broadcasts
+from ._checks import check_3d, check_mask_broadcasts
 from .masks import causal_mask
 
 __all__ = [
