@@ -3,6 +3,8 @@
 #   1. unit tests of tfmini and of the repository (pytest tests)
 #   2. strict nbval over every chapter: each notebook re-executed and compared with its committed outputs
 #   3. the book build with warnings as errors
+#   4. the browser test: every page of the built site opened in headless Chromium (installed by
+#      scripts/chromium.sh when missing) and checked by scripts/browser_test.py
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
@@ -33,11 +35,11 @@ stage_done() {
     TFMINI_STAGE=""
 }
 
-stage "1/3 unit tests: python -m pytest tests -q"
+stage "1/4 unit tests: python -m pytest tests -q"
 python -m pytest tests -q
 stage_done "unit tests"
 
-stage "2/3 notebooks: strict nbval over chapters/"
+stage "2/4 notebooks: strict nbval over chapters/"
 shopt -s nullglob
 TFMINI_NOTEBOOKS=(chapters/*.ipynb)
 shopt -u nullglob
@@ -51,9 +53,17 @@ else
 fi
 stage_done "notebooks"
 
-stage "3/3 book: bash scripts/book.sh --all (warnings are errors)"
+stage "3/4 book: bash scripts/book.sh --all (warnings are errors)"
+# From an empty _build/html: Sphinx keeps some pages of an earlier build (the source pages of
+# tfmini's modules) when their inputs did not change, and stage 4 must see only this build's pages.
+rm -rf _build/html
 bash scripts/book.sh --all
 stage_done "book"
+
+stage "4/4 browser: python scripts/browser_test.py (every page of _build/html in headless Chromium)"
+bash scripts/chromium.sh
+python scripts/browser_test.py
+stage_done "browser"
 
 echo
 echo "all stages passed in $((SECONDS - TFMINI_T0)) s"

@@ -1,4 +1,4 @@
-"""tfmini.model: the config, the encoder-decoder Transformer and the decoder-only language model.
+"""tfmini.model: the config, the encoder-decoder Transformer, the decoder-only and the encoder-only language models.
 
 Structure and shapes, the encoder stack against ``nn.TransformerEncoder``, weight tying,
 ``state_dict`` round trips through ``torch.save``/``torch.load(weights_only=True)``, and input validation.
@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from tfmini import (Decoder, DecoderOnlyLM, Encoder, TokenEmbedding, Transformer, TransformerConfig, attention_mask,
-                    padding_mask)
+from tfmini import (Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, TokenEmbedding, Transformer, TransformerConfig,
+                    attention_mask, padding_mask)
 from tfmini.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
 V, V_SRC = 11, 9
@@ -296,3 +296,95 @@ def test_encoder_with_padding_mask_helper_agrees():
         x, _ = layer(x, mask)
     assert_close(memory, enc.norm(x), rtol=1e-6, atol=1e-6)
     assert len(w) == 2
+
+
+# --------------------------------------------------------------------------------------------- encoder-only
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_only_lm_forward_and_hidden_states(norm_first):
+    model = EncoderOnlyLM(tiny_config(norm_first=norm_first, num_encoder_layers=3)).eval()
+    assert len(model.encoder.layers) == 3
+    ids = torch.randint(1, V, (2, 7))
+    logits = model(ids)
+    assert logits.shape == (2, 7, V)
+    z = model.hidden_states(ids)
+    assert z.shape == (2, 7, 16)
+    assert_close(logits, z @ model.encoder.embed.embedding.weight.T)  # tied output projection
+    logits2, w = model(ids, need_weights=True)
+    assert_close(logits2, logits, rtol=1e-5, atol=1e-5)
+    assert [x.shape for x in w] == [(2, 2, 7, 7)] * 3
+    z2, w2 = model.hidden_states(ids, need_weights=True)
+    assert_close(z2, z, rtol=1e-5, atol=1e-5) and len(w2) == 3
+
+
+def test_encoder_only_lm_has_no_causal_mask():
+    """A later token changes the output at an earlier position (a decoder-only model's would not change)."""
+    torch.manual_seed(0)
+    enc, dec = EncoderOnlyLM(tiny_config()).eval(), DecoderOnlyLM(tiny_config()).eval()
+    ids = torch.randint(1, V, (1, 8))
+    later = ids.clone()
+    later[0, 6] = 1 + ids[0, 6] % (V - 1)  # another token at position 6
+    with torch.no_grad():
+        changed_enc = (enc(ids) - enc(later)).abs().amax(dim=-1)[0]  # (T,)
+        changed_dec = (dec(ids) - dec(later)).abs().amax(dim=-1)[0]
+    assert (changed_enc[:6] > 1e-4).all()
+    assert (changed_dec[:6] == 0).all()
+    _, w = enc(ids, need_weights=True)
+    assert (w[0][0].triu(diagonal=1) > 0).any()  # weights above the diagonal: queries read later keys
+
+
+def test_encoder_only_lm_masks_padding_keys():
+    model = EncoderOnlyLM(tiny_config()).eval()
+    ids = torch.randint(1, V, (2, 6))
+    ids[1, 4:] = 0
+    _, w = model(ids, need_weights=True)
+    for layer in w:
+        assert (layer[1, ..., 4:] == 0).all() and (layer[0] > 0).all()
+
+
+def test_encoder_only_and_decoder_only_have_the_same_parameter_count():
+    """Same width, depth and vocabulary: an encoder layer and a decoder layer without cross-attention hold the
+    same weights; only the mask differs."""
+    for norm_first in (False, True):
+        enc = EncoderOnlyLM(tiny_config(norm_first=norm_first, num_encoder_layers=3))
+        dec = DecoderOnlyLM(tiny_config(norm_first=norm_first, num_decoder_layers=3))
+        assert sum(p.numel() for p in enc.parameters()) == sum(p.numel() for p in dec.parameters())
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_encoder_only_lm_weight_tying_and_round_trip(tie, tmp_path):
+    make = lambda: EncoderOnlyLM(tiny_config(tie_weights=tie, positional="learned"))  # noqa: E731
+    model = make().eval()
+    assert (model.lm_head.weight is model.encoder.embed.embedding.weight) == tie
+    ids = torch.randint(1, V, (2, 9))
+    fresh = roundtrip(model, make, tmp_path)
+    assert torch.equal(fresh(ids), model(ids))
+    assert (fresh.lm_head.weight is fresh.encoder.embed.embedding.weight) == tie
+
+
+def test_encoder_only_lm_gradients_reach_every_parameter():
+    model = EncoderOnlyLM(tiny_config(tie_weights=False, positional="learned"))
+    model(torch.randint(1, V, (2, 6))).logsumexp(-1).sum().backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0] == []
+
+
+@pytest.mark.parametrize("bad_value", [-1, V])
+def test_encoder_only_lm_rejects_ids_outside_the_vocabulary(bad_value):
+    ids = torch.randint(1, V, (2, 5))
+    ids[0, 2] = bad_value
+    got = rf"\[{bad_value}, \d+\]" if bad_value < 0 else rf"\[\d+, {bad_value}\]"
+    model = EncoderOnlyLM(tiny_config())
+    for call in (model, model.hidden_states):
+        with pytest.raises(ValueError, match=rf"ids: expected ids in \[0, {V - 1}\] \(vocab_size={V}\), got values in {got}"):
+            call(ids)
+
+
+def test_encoder_only_lm_rejects_bad_shapes_and_configs():
+    model = EncoderOnlyLM(tiny_config())
+    with pytest.raises(ValueError, match=r"ids: expected at most max_len=24 positions.*got shape \(1, 25\)"):
+        model(torch.ones(1, 25, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"ids: expected token ids of shape \(B, T\), got \(5,\)"):
+        model(torch.ones(5, dtype=torch.long))
+    with pytest.raises(ValueError, match=rf"src_vocab_size: expected None or vocab_size={V} for an encoder-only model.*got {V_SRC}"):
+        EncoderOnlyLM(tiny_config(src_vocab_size=V_SRC))
+    assert EncoderOnlyLM(tiny_config(src_vocab_size=V)).encoder.embed.embedding.num_embeddings == V

@@ -123,3 +123,94 @@ def test_notebook_outputs_come_from_the_execute_command(path):
             continue
         errors = [o for o in cell.outputs if o.output_type == "error"]
         assert not errors, f"{path.name}, cell [{number}]: {errors[0].ename}: {errors[0].evalue}"
+
+
+# Answers and solutions are HTML <details> blocks, written so that both MyST (the site) and Jupyter /
+# Colab render them: the markdown inside is separated from the tags by blank lines, because CommonMark
+# ends an HTML block at a blank line. MyST-only fences ({dropdown}, {toggle}, sphinx-exercise's
+# {solution}) would show as a raw code block in Colab.
+MYST_ONLY_COLLAPSIBLE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\{(dropdown|toggle|solution|exercise)\}", re.MULTILINE)
+DETAILS_OPEN = re.compile(r"^<details( open)?>\n<summary>(?P<summary>[^<\n]+)</summary>\n\n", re.MULTILINE)
+
+
+def markdown_cells(nb: nbformat.NotebookNode) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "markdown"]
+
+
+@pytest.mark.parametrize("path", notebook_params())
+def test_collapsible_blocks_render_in_jupyter_and_on_the_site(path):
+    for number, source in enumerate(markdown_cells(read(path)), start=1):
+        found = MYST_ONLY_COLLAPSIBLE.search(source)
+        assert not found, (
+            f"{path.name}, markdown cell {number}: {found.group(0).strip()!r} shows as raw text in Colab; "
+            "write answers and solutions as <details><summary>...</summary> blocks"
+        )
+        opened = len(re.findall(r"<details\b", source))
+        well_formed = len(DETAILS_OPEN.findall(source))
+        closed = len(re.findall(r"(?:^|\n)\n</details>(?:\n|$)", source))
+        assert opened == well_formed == closed == source.count("</details>"), (
+            f"{path.name}, markdown cell {number}: every block must read '<details>', "
+            "'<summary>Title</summary>', a blank line, the markdown, a blank line, '</details>' "
+            f"(found {opened} opening tags, {well_formed} well-formed openings, {closed} well-formed closings)"
+        )
+
+
+@pytest.mark.parametrize("path", notebook_params())
+def test_chapter_has_exercises_with_solutions(path):
+    summaries = [m["summary"].strip() for s in markdown_cells(read(path)) for m in DETAILS_OPEN.finditer(s)]
+    solutions = [s for s in summaries if s.lower().startswith("solution")]
+    assert len(solutions) >= 2, f"{path.name}: expected at least two exercises with solutions, found {summaries}"
+
+
+def _load_script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RUNTIME = re.compile(r"this notebook ran in (\d+) s")
+RUNTIME_ROW = re.compile(r"^\| \[[^\]]+\]\(chapters/(?P<file>[\w.-]+\.ipynb)\) \| (?P<seconds>\d+) s \|$", re.MULTILINE)
+
+
+def test_intro_runtime_table_matches_the_notebooks_outputs():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    listed = {str(Path(f).with_suffix("")) if Path(f).suffix else f for f in toc_files(toc)}
+    expected = {}
+    for path in NOTEBOOKS:
+        if f"chapters/{path.stem}" not in listed:
+            continue
+        last = [c for c in code_cells(read(path)) if c.source.strip()][-1]
+        found = [RUNTIME.search(o.get("text", "")) for o in last.outputs if o.output_type == "stream"]
+        found = [f for f in found if f]
+        assert found, f"{path.name}: the last code cell must print 'this notebook ran in N s'"
+        expected[path.name] = int(found[0].group(1))
+    intro = (ROOT / "intro.md").read_text(encoding="utf-8")
+    table = {m["file"]: int(m["seconds"]) for m in RUNTIME_ROW.finditer(intro)}
+    assert table == expected, (
+        f"intro.md's runtime table {table} differs from the notebooks' outputs {expected}; "
+        "run python scripts/runtimes.py --update"
+    )
+    total = sum(expected.values())
+    assert f"**{total // 60} min {total % 60:02d} s**" in intro, "intro.md's total runtime is out of date"
+
+
+def test_learning_path_figure_follows_the_table_of_contents():
+    learning_path = _load_script("learning_path")
+    assert (ROOT / "images" / "learning_path.svg").is_file(), "run python scripts/learning_path.py"
+    assert "images/learning_path.svg" in (ROOT / "intro.md").read_text(encoding="utf-8")
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    figure = {number: caption for caption, _, chapters in learning_path.PARTS for number, _ in chapters}
+    assert sorted(figure) == list(range(len(figure))), f"the figure's chapters are not 0..N: {sorted(figure)}"
+    for part in toc["parts"]:
+        for entry in part.get("chapters", []):
+            stem = Path(entry["file"]).stem
+            if Path(entry["file"]).parent.name == "chapters" and stem[:2].isdigit():
+                assert figure.get(int(stem[:2])) == part["caption"], (
+                    f"{entry['file']} is in the part {part['caption']!r} of _toc.yml but in "
+                    f"{figure.get(int(stem[:2]))!r} in scripts/learning_path.py"
+                )
+    for a, b in learning_path.BUILDS_ON:
+        assert a < b and a in figure and b in figure, f"arrow {a} -> {b} does not go forward between chapters"

@@ -2,7 +2,7 @@
 
 Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:`~tfmini.positional`,
 :mod:`~tfmini.layers`, :mod:`~tfmini.rnn`, :mod:`~tfmini.model`, :mod:`~tfmini.decoding`,
-:mod:`~tfmini.data`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
+:mod:`~tfmini.data`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
 """
 from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
                         masked_softmax, scaled_dot_product_attention)
@@ -11,12 +11,14 @@ from .data import (Batches, Vocab, copy_task, encode_pairs, load_parallel_tsv, n
 from .decoding import beam_search, greedy_decode, sample, select_batch
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .masks import attention_mask, causal_mask, pad_mask, padding_mask
-from .model import Decoder, DecoderOnlyLM, Encoder, TokenEmbedding, Transformer, TransformerConfig
+from .model import Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, TokenEmbedding, Transformer, TransformerConfig
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding
+from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_tokens, masked_lm_loss,
+                          python_source_text, train_val_split)
 from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
 from .train import (History, batch_loss, default_device, evaluate, evaluate_by_length, fit, fit_or_load, sequence_accuracy, set_seed,
                     token_accuracy, transformer_lr, warmup_schedule)
 
-from . import notebook, plot
+from . import distributed, notebook, plot
 
 __version__ = "0.1.0"

@@ -33,9 +33,13 @@ def masked_softmax(scores: torch.Tensor, mask: Optional[torch.Tensor] = None, di
     Args:
         scores: ``(..., S)`` real scores.
         mask: bool, broadcastable to ``scores``; True = may attend.
+        dim: the dimension to normalise over (the keys).
 
     Returns:
         weights of the shape of ``scores`` in the compute dtype (float32 for fp16/bf16 scores).
+
+    Shape:
+        scores ``(..., S)``, mask broadcastable to it -> weights ``(..., S)``.
     """
     s = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
     if mask is None:
@@ -56,7 +60,12 @@ class DotScore(nn.Module):
 
     No parameters; query and key must have the same width.
 
-    Shape: query ``(B, T, D)``, keys ``(B, S, D)`` -> scores ``(B, T, S)``.
+    Args:
+        scaled: divide the scores by :math:`\sqrt{d}`, the width of query and key (the score of
+            :func:`scaled_dot_product_attention`).
+
+    Shape:
+        query ``(B, T, D)``, keys ``(B, S, D)`` -> scores ``(B, T, S)``.
     """
 
     def __init__(self, scaled: bool = False):
@@ -77,7 +86,12 @@ class BilinearScore(nn.Module):
 
     ``d_query * d_key`` parameters; query and key widths may differ.
 
-    Shape: query ``(B, T, Dq)``, keys ``(B, S, Dk)`` -> scores ``(B, T, S)``.
+    Args:
+        d_query: width ``Dq`` of the queries.
+        d_key: width ``Dk`` of the keys.
+
+    Shape:
+        query ``(B, T, Dq)``, keys ``(B, S, Dk)`` -> scores ``(B, T, S)``.
     """
 
     def __init__(self, d_query: int, d_key: int):
@@ -95,7 +109,17 @@ class AdditiveScore(nn.Module):
 
     ``(d_query + d_key + 2) * d_hidden`` parameters.
 
-    Shape: query ``(B, T, Dq)``, keys ``(B, S, Dk)`` -> scores ``(B, T, S)``.
+    Args:
+        d_query: width ``Dq`` of the queries.
+        d_key: width ``Dk`` of the keys.
+        d_hidden: width of the hidden layer of the score MLP.
+
+    ``forward(query, keys, projected_keys=None)``: ``projected_keys`` is ``W_k(keys)`` when it is
+    already computed (an RNN decoder reuses it at every step).
+
+    Shape:
+        query ``(B, T, Dq)``, keys ``(B, S, Dk)`` (or projected_keys ``(B, S, d_hidden)``)
+        -> scores ``(B, T, S)``.
     """
 
     def __init__(self, d_query: int, d_key: int, d_hidden: int):
@@ -128,6 +152,9 @@ class BahdanauAttention(nn.Module):
         d_query: width of the decoder state used as query.
         d_key: width of the encoder features ``f_t`` (keys and values).
         d_hidden: width of the score MLP.
+
+    ``forward(query, features, mask=None, projected_keys=None)`` returns ``(context, weights)``;
+    ``projected_keys`` is ``self.score.W_k(features)`` when a decoder has computed it once per source.
 
     Shape:
         query ``(B, Dq)``, features ``(B, S, Dk)``, mask bool ``(B, S)`` (True = real token)
@@ -192,6 +219,10 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
     Returns:
         ``(out, weights)``: ``(..., T, Dv)`` and ``(..., T, S)``.
+
+    Shape:
+        q ``(..., T, Dk)``, k ``(..., S, Dk)``, v ``(..., S, Dv)`` -> out ``(..., T, Dv)``,
+        weights ``(..., T, S)``.
     """
     _check_qkv(q, k, v)
     if attn_mask is not None:

@@ -83,22 +83,59 @@ def _random_sequences(n: int, min_len: int, max_len: int, num_symbols: int, seed
 
 
 def copy_task(n: int, min_len: int = 3, max_len: int = 10, num_symbols: int = 10, seed: int = 0) -> List[Pair]:
-    """Target = source; symbols are ``"0" .. str(num_symbols - 1)``."""
+    """Target = source; symbols are ``"0" .. str(num_symbols - 1)``.
+
+    Args:
+        n: number of examples.
+        min_len, max_len: the source length is uniform in ``[min_len, max_len]``.
+        num_symbols: size of the alphabet.
+        seed: the examples are a function of the arguments and this seed.
+
+    Returns:
+        ``n`` pairs ``(source_tokens, target_tokens)`` of string tokens.
+    """
     return [(s, list(s)) for s in _random_sequences(n, min_len, max_len, num_symbols, seed)]
 
 
 def reverse_task(n: int, min_len: int = 3, max_len: int = 10, num_symbols: int = 10, seed: int = 0) -> List[Pair]:
-    """Target = source reversed."""
+    """Target = source reversed; symbols are ``"0" .. str(num_symbols - 1)``.
+
+    Args:
+        n: number of examples.
+        min_len, max_len: the source length is uniform in ``[min_len, max_len]``.
+        num_symbols: size of the alphabet.
+        seed: the examples are a function of the arguments and this seed.
+
+    Returns:
+        ``n`` pairs ``(source_tokens, target_tokens)`` of string tokens.
+    """
     return [(s, s[::-1]) for s in _random_sequences(n, min_len, max_len, num_symbols, seed)]
 
 
 def sort_task(n: int, min_len: int = 3, max_len: int = 10, num_symbols: int = 10, seed: int = 0) -> List[Pair]:
-    """Target = source sorted by symbol value."""
+    """Target = source sorted by symbol value; symbols are ``"0" .. str(num_symbols - 1)``.
+
+    Args:
+        n: number of examples.
+        min_len, max_len: the source length is uniform in ``[min_len, max_len]``.
+        num_symbols: size of the alphabet.
+        seed: the examples are a function of the arguments and this seed.
+
+    Returns:
+        ``n`` pairs ``(source_tokens, target_tokens)`` of string tokens.
+    """
     return [(s, sorted(s, key=int)) for s in _random_sequences(n, min_len, max_len, num_symbols, seed)]
 
 
 def number_words(n: int) -> List[str]:
-    """0..99 spelled units first: 7 -> ["seven"], 13 -> ["thirteen"], 40 -> ["forty"], 24 -> ["four", "and", "twenty"]."""
+    """0..99 spelled units first: 7 -> ["seven"], 13 -> ["thirteen"], 40 -> ["forty"], 24 -> ["four", "and", "twenty"].
+
+    Args:
+        n: an integer in ``[0, 99]``.
+
+    Returns:
+        the words, one to three of them.
+    """
     if not 0 <= n <= 99:
         raise ValueError(f"n: expected an integer in [0, 99], got {n}")
     if n < 10:
@@ -116,6 +153,14 @@ def spelled_numbers(n: int, min_numbers: int = 1, max_numbers: int = 8, seed: in
     ``["four", "and", "twenty", ",", "seven"]`` -> ``["2", "4", ",", "7"]``. The number of numbers
     per example is uniform in ``[min_numbers, max_numbers]``; each adds 1 to 3 words and a comma to
     the source, so ``max_numbers=12`` gives sources of up to 47 tokens.
+
+    Args:
+        n: number of examples.
+        min_numbers, max_numbers: bounds of the number of numbers per example.
+        seed: the examples are a function of the arguments and this seed.
+
+    Returns:
+        ``n`` pairs ``(source_words, target_digits)``.
     """
     _check_lengths(min_numbers, max_numbers)
     rng = random.Random(seed)
@@ -139,6 +184,12 @@ def spelled_numbers_alignment(src: Sequence[str]) -> List[int]:
 
     A tens digit comes from the tens word ("twenty" in "four and twenty"), a units digit from the units
     word ("four"), both digits of 10-19 and of 20, 30, ... from their single word, a comma from the comma.
+
+    Args:
+        src: the source words of one example.
+
+    Returns:
+        one source index per target token, in target order.
     """
     number_of = {w: i for i, w in enumerate(_UNITS)}
     number_of.update({w: 10 + i for i, w in enumerate(_TEENS)})
@@ -160,7 +211,18 @@ def spelled_numbers_alignment(src: Sequence[str]) -> List[int]:
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:
-    """Right-pad id lists into a ``LongTensor (B, T_max)``."""
+    """Right-pad id lists into a ``LongTensor (B, T_max)``.
+
+    Args:
+        seqs: ``B`` lists of token ids, of any lengths.
+        pad_id: the id that fills the positions after each sequence.
+
+    Returns:
+        the padded ids.
+
+    Shape:
+        ``B`` sequences -> ``(B, T_max)``, ``T_max`` the longest length.
+    """
     if len(seqs) == 0:
         raise ValueError("seqs: expected at least one sequence, got an empty list")
     out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
@@ -170,7 +232,15 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tenso
 
 
 def encode_pairs(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> List[Tuple[List[int], List[int]]]:
-    """Token pairs -> id pairs; the target is wrapped in BOS ... EOS (for teacher forcing)."""
+    """Token pairs -> id pairs; the target is wrapped in BOS ... EOS (for teacher forcing).
+
+    Args:
+        pairs: ``(source_tokens, target_tokens)`` pairs.
+        src_vocab, tgt_vocab: the vocabularies of the two sides.
+
+    Returns:
+        ``(source_ids, target_ids)`` pairs, ready for :class:`Batches`.
+    """
     return [(src_vocab.encode(s), tgt_vocab.encode(t, bos=True, eos=True)) for s, t in pairs]
 
 
@@ -181,7 +251,9 @@ class Batches:
         examples: id pairs ``(src_ids, tgt_ids)`` (yields ``(src (B, S), tgt (B, T))``) or single id
             sequences (yields ``(B, T)``, e.g. for a language model).
         batch_size: examples per batch (the last batch may be smaller).
+        pad_id: the id that pads shorter sequences.
         shuffle: shuffle before every pass.
+        seed: the order of pass ``e`` is a function of ``seed`` and ``e``.
     """
 
     def __init__(self, examples: Sequence, batch_size: int, pad_id: int = 0, shuffle: bool = True, seed: int = 0):
@@ -214,6 +286,14 @@ def load_parallel_tsv(path: Union[str, Path], tokenize: Callable[[str], List[str
     """Read ``source<TAB>target`` lines (UTF-8) into token pairs; blank lines are skipped.
 
     Raises ``ValueError`` naming the line for a line without exactly one tab or with an empty side.
+
+    Args:
+        path: the file.
+        tokenize: turns one side of a line into tokens (default: split at whitespace).
+        max_examples: stop after this many pairs.
+
+    Returns:
+        the ``(source_tokens, target_tokens)`` pairs, in file order.
     """
     pairs: List[Pair] = []
     with open(path, encoding="utf-8") as f:

@@ -23,7 +23,20 @@ __all__ = ["select_batch", "greedy_decode", "sample", "beam_search"]
 
 
 def select_batch(state, index: torch.Tensor):
-    """Index every tensor in a nest of dicts/lists/tuples along its first (batch) dimension."""
+    """Index every tensor in a nest of dicts/lists/tuples along its first (batch) dimension.
+
+    Beam search uses it to reorder and copy the decoding state of the surviving hypotheses.
+
+    Args:
+        state: a tensor, or dicts/lists/tuples of tensors (other leaves are returned unchanged).
+        index: ``(N,)`` long tensor of batch rows to take, in order; rows may repeat.
+
+    Returns:
+        the same nest with every tensor ``x`` replaced by ``x.index_select(0, index)``.
+
+    Shape:
+        each tensor ``(B, ...)`` -> ``(N, ...)``.
+    """
     if isinstance(state, torch.Tensor):
         return state.index_select(0, index)
     if isinstance(state, dict):
@@ -73,10 +86,14 @@ def greedy_decode(model, inputs: torch.Tensor, max_len: int, bos_id: Optional[in
         max_len: maximum number of generated tokens.
         bos_id: start token (encoder-decoder models).
         eos_id: stop token; a finished sequence is padded with ``pad_id``.
+        pad_id: the id written after a sequence's EOS.
         use_cache: reuse keys and values of earlier positions (same result, less work).
 
     Returns:
         generated ids ``(B, L)``, ``L <= max_len``.
+
+    Shape:
+        inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``.
     """
     return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, lambda z: z.argmax(-1))
 
@@ -87,7 +104,21 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
            generator: Optional[torch.Generator] = None, use_cache: bool = True) -> torch.Tensor:
     """Sample each token from ``softmax(logits / temperature)``, optionally restricted to the ``top_k`` best.
 
-    Same arguments and result as :func:`greedy_decode`; ``generator`` makes it reproducible.
+    Args:
+        model: an encoder-decoder or decoder-only tfmini model (in eval mode).
+        inputs: source ``(B, S)`` or prompt ``(B, P)``.
+        max_len: maximum number of generated tokens.
+        temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
+        top_k: sample only among the ``top_k`` most probable tokens (default: all of them).
+        bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
+        generator: a ``torch.Generator``, for reproducible samples.
+        use_cache: reuse keys and values of earlier positions (same result, less work).
+
+    Returns:
+        generated ids ``(B, L)``, ``L <= max_len``.
+
+    Shape:
+        inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``.
     """
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0 (use greedy_decode for temperature 0), got {temperature}")
@@ -112,8 +143,20 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     :math:`((5 + L) / 6)^\alpha` of Wu et al. (2016), :math:`\alpha` = ``length_penalty``
     (0 = no normalisation). With ``beam_size=1`` this is exactly greedy decoding.
 
+    Args:
+        model: an encoder-decoder or decoder-only tfmini model (in eval mode).
+        inputs: source ``(B, S)`` or prompt ``(B, P)``.
+        max_len: maximum number of generated tokens.
+        beam_size: number of hypotheses ``K`` kept at every step.
+        bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
+        length_penalty: the exponent :math:`\alpha` above.
+        use_cache: reuse keys and values of earlier positions (same result, less work).
+
     Returns:
         the best hypothesis per batch element, ``(B, L)``.
+
+    Shape:
+        inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``; internally ``B * K`` hypotheses.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size: expected >= 1, got {beam_size}")

@@ -28,7 +28,14 @@ class FeedForward(nn.Module):
 
     Applied to every position independently; the paper uses ``d_ff = 4 * d_model`` and ReLU.
 
-    Shape: ``(..., D)`` -> ``(..., D)``.
+    Args:
+        d_model: input and output width ``D``.
+        d_ff: inner width.
+        dropout: dropout after the activation (training only).
+        activation: ``"relu"`` or ``"gelu"``.
+
+    Shape:
+        ``(..., D)`` -> ``(..., D)``.
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
@@ -51,9 +58,14 @@ class EncoderLayer(nn.Module):
         d_model, num_heads, d_ff, dropout: as in the paper (``d_ff`` defaults to ``4 * d_model``).
         norm_first: False = post-LN (the paper), True = pre-LN.
         activation: ``"relu"`` or ``"gelu"``.
+        layer_norm_eps: the ``eps`` of both LayerNorms.
 
-    Shape: x ``(B, T, D)``, mask bool broadcastable to ``(B, H, T, T)`` -> ``(B, T, D)``
-    (and self-attention weights ``(B, H, T, T)`` when ``need_weights``).
+    ``forward(x, mask=None, need_weights=False, is_causal=False)`` returns ``(x, weights)``; the
+    weights are None unless ``need_weights``, and ``is_causal`` adds a causal mask.
+
+    Shape:
+        x ``(B, T, D)``, mask bool broadcastable to ``(B, H, T, T)`` -> ``(B, T, D)``
+        (and self-attention weights ``(B, H, T, T)`` when ``need_weights``).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: Optional[int] = None, dropout: float = 0.0,
@@ -90,15 +102,26 @@ class DecoderLayer(nn.Module):
     With ``cross_attention=False`` the layer has only masked self-attention and feed-forward:
     the block of a decoder-only language model.
 
+    Args:
+        d_model, num_heads, d_ff, dropout: as in the paper (``d_ff`` defaults to ``4 * d_model``).
+        norm_first: False = post-LN (the paper), True = pre-LN.
+        activation: ``"relu"`` or ``"gelu"``.
+        layer_norm_eps: the ``eps`` of the LayerNorms.
+        cross_attention: False drops cross-attention (and its LayerNorm).
+
+    ``forward(x, memory=None, self_mask=None, memory_mask=None, cache=None, need_weights=False,
+    is_causal=False)`` returns ``(x, weights)``.
+
     Incremental decoding: pass a dict as ``cache``. The layer appends the new positions' keys and
     values to ``cache["k"], cache["v"]`` (``(B, H, t, Dh)``) and computes the encoder's keys and
     values once into ``cache["memory_k"], cache["memory_v"]``. ``x`` then holds only the new
     positions and ``self_mask`` must cover all cached keys; ``is_causal=True`` does this for you
     (query ``i`` of the new positions sees the cache and new positions up to its own).
 
-    Shape: x ``(B, T, D)``, memory ``(B, S, D)``, self_mask broadcastable to ``(B, H, T, T)``,
-    memory_mask broadcastable to ``(B, H, T, S)`` -> ``(B, T, D)`` and a dict of weights
-    ``{"self": (B, H, T, T), "cross": (B, H, T, S)}`` (entries None unless ``need_weights``).
+    Shape:
+        x ``(B, T, D)``, memory ``(B, S, D)``, self_mask broadcastable to ``(B, H, T, T)``,
+        memory_mask broadcastable to ``(B, H, T, S)`` -> ``(B, T, D)`` and a dict of weights
+        ``{"self": (B, H, T, T), "cross": (B, H, T, S)}`` (entries None unless ``need_weights``).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: Optional[int] = None, dropout: float = 0.0,

@@ -24,6 +24,7 @@ def causal_mask(T: int, S: Optional[int] = None, *, device=None) -> torch.Tensor
         S: number of keys (default ``T``). With ``S > T`` the queries are taken to be the *last*
             ``T`` positions of the key sequence, which is what incremental decoding with a KV cache
             needs: query ``t`` sees keys ``0 .. S - T + t``.
+        device: where to create the mask (default: the CPU).
 
     Returns:
         bool ``(T, S)``, True on and below the (shifted) diagonal.
@@ -56,7 +57,15 @@ def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.
 
 
 def pad_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Mask of real positions from token ids: bool ``(B, S)``, True where ``ids != pad_id``."""
+    """Mask of real positions from token ids: True where ``ids != pad_id``.
+
+    Args:
+        ids: ``(B, S)`` token ids.
+        pad_id: the id of the padding token.
+
+    Returns:
+        bool ``(B, S)``, True at real tokens.
+    """
     if ids.dim() != 2:
         raise ValueError(f"ids: expected shape (B, S), got {tuple(ids.shape)}")
     return ids != pad_id

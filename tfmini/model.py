@@ -1,4 +1,5 @@
-"""Full models: the encoder-decoder Transformer and a decoder-only language model, from one config.
+"""Full models from one config: the encoder-decoder Transformer, a decoder-only language model and an
+encoder-only masked language model.
 
 Shapes: B batch, S source length, T target length, D d_model, V vocabulary size.
 Token sequences are right-padded with ``config.pad_id``; a target sequence starts with BOS.
@@ -20,15 +21,15 @@ from .layers import DecoderLayer, EncoderLayer
 from .masks import attention_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
-__all__ = ["TransformerConfig", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM"]
+__all__ = ["TransformerConfig", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM", "EncoderOnlyLM"]
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters of :class:`Transformer` and :class:`DecoderOnlyLM`.
+    """Hyper-parameters of :class:`Transformer`, :class:`DecoderOnlyLM` and :class:`EncoderOnlyLM`.
 
     Args:
-        vocab_size: target vocabulary (the only vocabulary of a decoder-only model).
+        vocab_size: target vocabulary (the only vocabulary of a decoder-only or encoder-only model).
         src_vocab_size: source vocabulary; defaults to ``vocab_size``.
         d_model, num_heads, d_ff, dropout: as in the paper; ``d_ff`` defaults to ``4 * d_model``.
         num_encoder_layers, num_decoder_layers: stack depths (a decoder-only model uses the latter).
@@ -78,6 +79,10 @@ class TransformerConfig:
 class TokenEmbedding(nn.Module):
     r"""Token embedding scaled by :math:`\sqrt{d}` (section 3.4 of Vaswani et al., 2017), with id checks.
 
+    Args:
+        vocab_size: number of token ids.
+        d_model: width ``D`` of the embeddings.
+
     Shape: ids ``(B, T)`` -> ``(B, T, D)``.
     """
 
@@ -113,6 +118,9 @@ def _layer_kwargs(cfg: TransformerConfig) -> dict:
 class Encoder(nn.Module):
     """Embedding, positions and a stack of :class:`~tfmini.layers.EncoderLayer`.
 
+    Args:
+        cfg: the model's :class:`TransformerConfig`.
+
     Shape: src ``(B, S)`` -> memory ``(B, S, D)`` and a list of per-layer self-attention weights
     ``(B, H, S, S)`` (empty unless ``need_weights``).
     """
@@ -140,6 +148,10 @@ class Decoder(nn.Module):
     """Embedding, positions, a stack of :class:`~tfmini.layers.DecoderLayer` and the output projection.
 
     With ``cross_attention=False`` this is a decoder-only language model's body.
+
+    Args:
+        cfg: the model's :class:`TransformerConfig`.
+        cross_attention: False leaves out cross-attention (a decoder-only model).
 
     Shape: tgt ``(B, T)``, memory ``(B, S, D)``, memory_pad bool ``(B, S)`` (True = real token)
     -> logits ``(B, T, V)`` and a list of per-layer weight dicts (see ``DecoderLayer``).
@@ -181,6 +193,9 @@ class Transformer(nn.Module):
 
     ``forward(src, tgt_in)`` runs the decoder with teacher forcing: ``tgt_in`` is the target shifted
     right (starting with BOS) and the logits predict the next token at every position.
+
+    Args:
+        cfg: the model's :class:`TransformerConfig`.
 
     Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also a
     dict ``{"encoder": [(B, H, S, S)] * L, "decoder": [(B, H, T, T)] * L, "cross": [(B, H, T, S)] * L}``.
@@ -228,6 +243,9 @@ class Transformer(nn.Module):
 class DecoderOnlyLM(nn.Module):
     """A decoder-only (GPT-style) language model: the Transformer's decoder without cross-attention.
 
+    Args:
+        cfg: the model's :class:`TransformerConfig`.
+
     Shape: ids ``(B, T)`` -> logits ``(B, T, V)`` predicting token ``t + 1`` at position ``t``;
     with ``need_weights=True`` also a list of per-layer self-attention weights ``(B, H, T, T)``.
     """
@@ -258,3 +276,44 @@ class DecoderOnlyLM(nn.Module):
         else:
             logits, _ = self.decoder(ys)
         return logits[:, -1]
+
+
+class EncoderOnlyLM(nn.Module):
+    r"""An encoder-only (BERT-style) masked language model: the Transformer's encoder and an output projection.
+
+    There is no causal mask: every position attends to every non-padding position on both sides.
+    Trained with :func:`tfmini.pretraining.masked_lm_loss`, it predicts the tokens hidden in its
+    input, :math:`p(x_t \mid \tilde x_1, \dots, \tilde x_T)` at every position; its final hidden
+    states (:meth:`hidden_states`) are contextual vectors of the tokens. With ``cfg.tie_weights`` the
+    projection is the embedding matrix, :math:`\text{logits} = Z E^\top` (BERT adds a small dense layer
+    and a bias before it; omitted here). Uses ``vocab_size`` and ``num_encoder_layers`` of the config.
+
+    Args:
+        cfg: the model's :class:`TransformerConfig`.
+
+    Shape: ids ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also a list of per-layer
+    self-attention weights ``(B, H, T, T)``.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        if cfg.src_vocab_size not in (None, cfg.vocab_size):
+            raise ValueError(f"src_vocab_size: expected None or vocab_size={cfg.vocab_size} for an encoder-only "
+                             f"model (it has one vocabulary), got {cfg.src_vocab_size}")
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.encoder.embed.embedding.weight
+
+    def hidden_states(self, ids: torch.Tensor, need_weights: bool = False):
+        """The encoder's output, one contextual vector per token: ids ``(B, T)`` -> ``(B, T, D)``
+        (and the per-layer weights with ``need_weights=True``)."""
+        _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
+        z, w = self.encoder(ids, need_weights)  # (B, T, D)
+        return (z, w) if need_weights else z
+
+    def forward(self, ids: torch.Tensor, need_weights: bool = False):
+        z, w = self.hidden_states(ids, need_weights=True) if need_weights else (self.hidden_states(ids), None)
+        logits = self.lm_head(z)  # (B, T, V)
+        return (logits, w) if need_weights else logits

@@ -11,7 +11,13 @@ __all__ = ["glue"]
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:
-    """Record ``value`` under ``name`` for ``{glue:text}`name``` in the book's text."""
+    """Record ``value`` under ``name`` for ``{glue:text}`name``` in the book's text.
+
+    Args:
+        name: the key the text refers to.
+        value: the value to show (its text form is quoted).
+        display: also show the value in the cell's output.
+    """
     try:
         from myst_nb import glue as myst_glue
     except ImportError:

@@ -22,7 +22,19 @@ def _as_2d(weights) -> torch.Tensor:
 def plot_attention(weights, x_labels: Optional[Sequence[str]] = None, y_labels: Optional[Sequence[str]] = None,
                    ax=None, title: str = "Attention weights", xlabel: str = "key (source)",
                    ylabel: str = "query (target)", colorbar: bool = True):
-    """Heatmap of one ``(T, S)`` weight matrix: rows are queries, columns keys; darker = more weight."""
+    """Heatmap of one ``(T, S)`` weight matrix: rows are queries, columns keys; darker = more weight.
+
+    Args:
+        weights: attention weights ``(T, S)`` (a tensor or anything ``torch.as_tensor`` takes).
+        x_labels: ``S`` tick labels for the keys (e.g. the source tokens).
+        y_labels: ``T`` tick labels for the queries.
+        ax: the Matplotlib axes to draw on (default: a new figure).
+        title, xlabel, ylabel: texts of the plot.
+        colorbar: draw a colour bar.
+
+    Returns:
+        the Matplotlib axes.
+    """
     w = _as_2d(weights)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(3.0, 0.3 * w.shape[1] + 1.5), max(2.5, 0.3 * w.shape[0] + 1.0)))
@@ -43,8 +55,18 @@ def plot_attention(weights, x_labels: Optional[Sequence[str]] = None, y_labels: 
 
 
 def plot_attention_grid(weights, x_labels=None, y_labels=None, title: str = "Attention weights by layer and head"):
-    """Grid of heatmaps: ``weights`` is ``(L, H, T, S)`` or a list of ``L`` tensors ``(H, T, S)``
-    (take one batch element of each layer's ``(B, H, T, S)``). Rows are layers, columns heads."""
+    """Grid of heatmaps, one per layer and head: rows are layers, columns heads.
+
+    Args:
+        weights: ``(L, H, T, S)``, or a list of ``L`` tensors ``(H, T, S)`` (take one batch element
+            of each layer's ``(B, H, T, S)``).
+        x_labels: ``S`` key labels, shown under the last row.
+        y_labels: ``T`` query labels, shown left of the first column.
+        title: the figure's title.
+
+    Returns:
+        the Matplotlib figure.
+    """
     w = torch.stack([torch.as_tensor(x) for x in weights]) if isinstance(weights, (list, tuple)) else torch.as_tensor(weights)
     if w.dim() != 4:
         raise ValueError(f"weights: expected shape (L, H, T, S), got {tuple(w.shape)}")
@@ -65,7 +87,16 @@ def plot_attention_grid(weights, x_labels=None, y_labels=None, title: str = "Att
 
 
 def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal positional encoding"):
-    """Heatmap of a ``(max_len, d_model)`` positional table: positions down, dimensions across."""
+    """Heatmap of a ``(max_len, d_model)`` positional table: positions down, dimensions across.
+
+    Args:
+        pe: the table, e.g. :func:`tfmini.positional.sinusoidal_positional_encoding`.
+        ax: the Matplotlib axes to draw on (default: a new figure).
+        title: the plot's title.
+
+    Returns:
+        the Matplotlib axes.
+    """
     pe = _as_2d(pe)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
@@ -80,7 +111,19 @@ def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal positional en
 def plot_history(history, metric: Optional[str] = None, ax=None, title: str = "Training",
                  x: str = "step", label: Optional[str] = None):
     """Training loss against ``x`` ("step" or "time"); with ``metric`` (e.g. "seq_acc"), that
-    evaluation metric instead."""
+    evaluation metric instead.
+
+    Args:
+        history: a :class:`tfmini.train.History`.
+        metric: a key of the evaluation records in ``history.evals``; None plots the loss.
+        ax: the Matplotlib axes to draw on (default: a new figure).
+        title: the plot's title.
+        x: ``"step"`` (optimiser steps) or ``"time"`` (seconds of training).
+        label: legend entry for this curve (draws a legend).
+
+    Returns:
+        the Matplotlib axes.
+    """
     if x not in ("step", "time"):
         raise ValueError(f"x: expected 'step' or 'time', got {x!r}")
     if ax is None:

@@ -27,6 +27,9 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
 
     Returns:
         float32 ``(max_len, d_model)``.
+
+    Shape:
+        ``(max_len, d_model)``: row ``p`` is the encoding of position ``p``.
     """
     if max_len < 1:
         raise ValueError(f"max_len: expected >= 1, got {max_len}")
@@ -53,7 +56,15 @@ def _check_length(x: torch.Tensor, offset: int, max_len: int, d_model: int) -> N
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table (a non-persistent buffer) to its input, then dropout.
 
-    Shape: x ``(B, T, D)`` -> ``(B, T, D)``; requires ``offset + T <= max_len``.
+    Args:
+        d_model: width ``D`` (even).
+        max_len: number of positions in the table.
+        dropout: dropout after adding the positions (training only).
+
+    ``forward(x, offset=0)`` gives ``x[:, t]`` the position ``offset + t``.
+
+    Shape:
+        x ``(B, T, D)`` -> ``(B, T, D)``; requires ``offset + T <= max_len``.
     """
 
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
@@ -72,7 +83,15 @@ class LearnedPositionalEncoding(nn.Module):
 
     Positions ``>= max_len`` have no vector: such inputs raise ``ValueError``.
 
-    Shape: x ``(B, T, D)`` -> ``(B, T, D)``.
+    Args:
+        d_model: width ``D``.
+        max_len: number of positions that get a vector.
+        dropout: dropout after adding the positions (training only).
+
+    ``forward(x, offset=0)`` gives ``x[:, t]`` the position ``offset + t``.
+
+    Shape:
+        x ``(B, T, D)`` -> ``(B, T, D)``.
     """
 
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):

@@ -35,7 +35,14 @@ class LSTMCell(nn.Module):
     ``weight_ih (4Hd, E)``, ``weight_hh (4Hd, Hd)`` and the biases stack the gates in the order
     i, f, g, o, exactly like ``nn.LSTMCell``, so its weights can be copied in.
 
-    Shape: x ``(B, E)``, state ``((B, Hd), (B, Hd))`` -> ``((B, Hd), (B, Hd))``.
+    Args:
+        input_size: width ``E`` of the input ``x``.
+        hidden_size: width ``Hd`` of the hidden and cell states.
+
+    ``forward(x, state=None)`` returns the new ``(h, c)``; a missing state is all zeros.
+
+    Shape:
+        x ``(B, E)``, state ``((B, Hd), (B, Hd))`` -> ``((B, Hd), (B, Hd))``.
     """
 
     def __init__(self, input_size: int, hidden_size: int):
@@ -62,7 +69,18 @@ class LSTMCell(nn.Module):
 
 
 def reverse_padded(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Reverse each right-padded sequence within its own length (the input-reversal trick of Sutskever et al.)."""
+    """Reverse each right-padded sequence within its own length (the input-reversal trick of Sutskever et al.).
+
+    Args:
+        ids: right-padded token ids ``(B, S)``.
+        pad_id: the id of the padding token.
+
+    Returns:
+        the ids with each sequence's real tokens in reverse order and the padding left at the end.
+
+    Shape:
+        ``(B, S)`` -> ``(B, S)``.
+    """
     lengths = (ids != pad_id).sum(dim=1, keepdim=True)  # (B, 1)
     pos = torch.arange(ids.shape[1], device=ids.device)[None, :]  # (1, S)
     src_pos = torch.where(pos < lengths, lengths - 1 - pos, pos)
@@ -113,9 +131,17 @@ class Seq2SeqRNN(_RNNSeq2SeqBase):
     the whole target at once; decoding feeds it one token at a time.
 
     Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes of source and target.
+        d_emb: width of the token embeddings.
+        d_hidden: width ``Hd`` of the LSTM states.
+        pad_id: the id of the padding token (in both vocabularies).
         reverse_source: feed the source reversed (Sutskever et al., 2014).
 
-    Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``.
+    ``forward(src, tgt, need_weights=False)`` returns the logits (and None for the weights when
+    ``need_weights``, for the same interface as :class:`AttentionSeq2SeqRNN`).
+
+    Shape:
+        src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,
@@ -153,8 +179,19 @@ class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
     token :math:`y_{i-1}`. The output layer reads ``[h_i; c_i]``. The context depends on the previous
     decoder state, so even with teacher forcing the decoder runs one step at a time.
 
-    Shape: src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also
-    the attention weights ``(B, T, S)``.
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes of source and target.
+        d_emb: width of the token embeddings.
+        d_hidden: width ``Hd`` of the LSTM states and of the features.
+        d_attn: width of the attention's score MLP (default ``d_hidden``).
+        pad_id: the id of the padding token (in both vocabularies).
+
+    ``forward(src, tgt, need_weights=False)`` returns the logits, and with ``need_weights=True``
+    ``(logits, weights)``.
+
+    Shape:
+        src ``(B, S)``, tgt ``(B, T)`` -> logits ``(B, T, V)``; with ``need_weights=True`` also
+        the attention weights ``(B, T, S)``.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import distributed
 from .decoding import beam_search, greedy_decode
 
 __all__ = [
@@ -30,19 +31,36 @@ __all__ = [
 
 
 def default_device() -> torch.device:
-    """CUDA if available, else CPU."""
+    """CUDA if available, else CPU.
+
+    Returns:
+        ``torch.device("cuda")`` or ``torch.device("cpu")``.
+    """
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def set_seed(seed: int) -> None:
-    """Seed Python, NumPy and PyTorch (all devices)."""
+    """Seed Python, NumPy and PyTorch (all devices).
+
+    Args:
+        seed: the seed of all three generators.
+    """
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
 def transformer_lr(step: int, d_model: int, warmup_steps: int = 4000) -> float:
-    r"""The learning rate of Vaswani et al. (2017), eq. (3): :math:`d^{-0.5}\min(s^{-0.5}, s\,w^{-1.5})`, steps from 1."""
+    r"""The learning rate of Vaswani et al. (2017), eq. (3): :math:`d^{-0.5}\min(s^{-0.5}, s\,w^{-1.5})`, steps from 1.
+
+    Args:
+        step: the optimiser step :math:`s` (values below 1 count as 1).
+        d_model: the model width :math:`d`.
+        warmup_steps: the number of warm-up steps :math:`w`.
+
+    Returns:
+        the learning rate at that step.
+    """
     step = max(step, 1)
     return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
@@ -53,9 +71,14 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, schedul
     (the shape of :func:`transformer_lr`, peaking at the given rate). ``warmup_steps=0``: constant rate.
 
     Args:
+        optimizer: its learning rate is the peak rate.
+        warmup_steps: length of the linear warm-up, in optimiser steps.
         schedule: ``"inverse_sqrt"`` (the default, as above) or ``"cosine"``: after the warm-up, a
             half cosine from the peak rate down to 0 at ``total_steps`` (and 0 after it).
         total_steps: the step at which the cosine reaches 0; required with ``schedule="cosine"``.
+
+    Returns:
+        a ``LambdaLR`` scheduler; call its ``step()`` after every optimiser step.
     """
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps: expected >= 0, got {warmup_steps}")
@@ -78,20 +101,61 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, schedul
         optimizer, lambda s: min((s + 1) / warmup_steps, math.sqrt(warmup_steps / (s + 1))))
 
 
-def batch_loss(model: nn.Module, batch, pad_id: int = 0, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Mean next-token cross-entropy over non-pad targets, for either batch kind (see module docstring)."""
+def batch_loss(model: nn.Module, batch, pad_id: int = 0, label_smoothing: float = 0.0,
+               reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy over non-pad targets, for either batch kind (see module docstring).
+
+    Args:
+        model: an encoder-decoder (called as ``model(src, tgt_in)``) or a language model (``model(ids)``).
+        batch: ``(src (B, S), tgt (B, T))`` or ``ids (B, T)``.
+        pad_id: targets equal to it are not scored.
+        label_smoothing: the amount ε of label smoothing (0: one-hot targets).
+        reduction: ``"mean"`` (over the non-pad target tokens) or ``"sum"``.
+
+    Returns:
+        a scalar tensor.
+
+    Shape:
+        logits ``(B, T - 1, V)`` against targets ``(B, T - 1)`` -> ``()``.
+    """
     if isinstance(batch, (tuple, list)):
         src, tgt = batch
         logits, gold = model(src, tgt[:, :-1]), tgt[:, 1:]
     else:
         logits, gold = model(batch[:, :-1]), batch[:, 1:]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), gold.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=label_smoothing)
+                           ignore_index=pad_id, label_smoothing=label_smoothing, reduction=reduction)
+
+
+def _target_count(batch, pad_id: int) -> torch.Tensor:
+    gold = batch[1][:, 1:] if isinstance(batch, (tuple, list)) else batch[:, 1:]
+    return (gold != pad_id).sum().float()
+
+
+def _data_parallel_loss(net: nn.Module, batch, world: int, pad_id: int, label_smoothing: float, loss_fn):
+    """This rank's loss, scaled so that DDP's gradient average is the gradient of the global-batch loss;
+    and that global loss, for the log."""
+    if loss_fn is not None:  # a custom loss: each rank's mean, averaged over ranks as DDP does
+        loss = loss_fn(net, batch)
+        logged = loss.detach().clone()
+        torch.distributed.all_reduce(logged)
+        return loss, logged / world
+    total = batch_loss(net, batch, pad_id, label_smoothing, reduction="sum")
+    stats = torch.stack([total.detach(), _target_count(batch, pad_id)])
+    torch.distributed.all_reduce(stats)  # global sum of token losses, global number of target tokens
+    return total * world / stats[1], stats[0] / stats[1]
 
 
 @dataclass
 class History:
-    """What :func:`fit` measured: per logged step the loss, learning rate and elapsed seconds, and the evaluations."""
+    """What :func:`fit` measured: per logged step the loss, learning rate and elapsed seconds, and the evaluations.
+
+    Attributes:
+        step, loss, lr, time: one entry per logged step: the step number, the training loss, the
+            learning rate and the seconds since training started.
+        evals: one dict per evaluation, the result of ``eval_fn`` with ``step`` and ``time`` added.
+        loaded: True when :func:`fit_or_load` took the history from a checkpoint.
+    """
 
     step: List[int] = field(default_factory=list)
     loss: List[float] = field(default_factory=list)
@@ -152,8 +216,18 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     """Train with AdamW, warm-up, gradient clipping and (optionally) label smoothing.
 
     Args:
+        model: the model to train; it ends in eval mode.
         batches: a re-iterable of batches (e.g. :class:`tfmini.data.Batches`).
         steps / epochs: stop after this many optimiser steps / passes (give one or both).
+        lr: the peak learning rate of AdamW.
+        warmup_steps: steps of linear warm-up (see :func:`warmup_schedule`).
+        weight_decay: AdamW's decoupled weight decay.
+        clip_norm: clip the gradient norm to this value (None: no clipping).
+        label_smoothing, pad_id: passed to :func:`batch_loss`.
+        seed: seeds everything (:func:`set_seed`) before training.
+        device: where to train (default: :func:`default_device`).
+        eval_every: steps between evaluations.
+        log_every: steps between entries of the history.
         eval_fn: called every ``eval_every`` steps and at the end (model in eval mode); its dict is
             recorded in ``history.evals`` with ``step`` and ``time``.
         stop_fn: stop early when it returns True for an evaluation (e.g. accuracy reached 1.0).
@@ -164,17 +238,33 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         schedule, total_steps: the learning-rate shape after the warm-up (see :func:`warmup_schedule`);
             with ``schedule="cosine"``, ``total_steps`` defaults to ``steps``.
 
+    Under ``torchrun`` (after :func:`tfmini.distributed.init_from_env`), ``fit`` trains data-parallel
+    with :class:`~torch.nn.parallel.DistributedDataParallel`: every rank draws the same global batch
+    from ``batches`` and trains on its slice (:func:`tfmini.distributed.shard`). The default loss is
+    each rank's sum of token losses divided by the global number of target tokens (times the number
+    of ranks, which DDP's gradient average divides out), so a step equals a single-process step on the
+    whole global batch. A custom ``loss_fn`` is averaged over ranks, as DDP does. Only rank 0 shows
+    progress; the history is the same on every rank.
+
     Returns:
         a :class:`History`.
     """
     if steps is None and epochs is None:
         raise ValueError("steps, epochs: expected at least one of them, got neither")
     set_seed(seed)
-    device = torch.device(device) if device is not None else default_device()
+    parallel, rank, world = distributed.is_distributed(), distributed.rank(), distributed.world_size()
+    if device is not None:
+        device = torch.device(device)
+    else:
+        device = distributed.local_device() if parallel else default_device()
     model.to(device)
+    net = model
+    if parallel:
+        from torch.nn.parallel import DistributedDataParallel
+        net = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     sched = warmup_schedule(opt, warmup_steps, schedule, total_steps if total_steps is not None else steps)
-    hist, bar = History(), _Progress(progress)
+    hist, bar = History(), _Progress(progress and rank == 0)
     total = steps if steps is not None else epochs * len(batches)
     step, epoch, start, stop = 0, 0, time.perf_counter(), False
 
@@ -190,7 +280,12 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         while not stop and (epochs is None or epoch < epochs):
             for batch in batches:
                 batch = _to(batch, device)
-                loss = loss_fn(model, batch) if loss_fn else batch_loss(model, batch, pad_id, label_smoothing)
+                if parallel:
+                    loss, logged = _data_parallel_loss(net, distributed.shard(batch, rank, world), world,
+                                                       pad_id, label_smoothing, loss_fn)
+                else:
+                    loss = loss_fn(model, batch) if loss_fn else batch_loss(model, batch, pad_id, label_smoothing)
+                    logged = loss
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if clip_norm is not None:
@@ -201,13 +296,19 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
                 elapsed = time.perf_counter() - start
                 if step % log_every == 0 or step == total:
                     hist.step.append(step)
-                    hist.loss.append(loss.item())
+                    hist.loss.append(logged.item())
                     hist.lr.append(opt.param_groups[0]["lr"])
                     hist.time.append(elapsed)
-                    bar.show(f"step {step}/{total}  loss {loss.item():.4f}  {elapsed:.1f}s")
+                    bar.show(f"step {step}/{total}  loss {logged.item():.4f}  {elapsed:.1f}s")
                 if eval_fn is not None and step % eval_every == 0 and run_eval():
                     stop = True
-                if stop or step == steps or (time_limit is not None and elapsed >= time_limit):
+                if time_limit is not None and elapsed >= time_limit:
+                    stop = True
+                if parallel and (time_limit is not None or stop_fn is not None):
+                    flag = torch.tensor([float(stop)], device=device)
+                    torch.distributed.broadcast(flag, src=0)  # every rank stops at rank 0's step
+                    stop = bool(flag.item())
+                if stop or step == steps:
                     stop = True
                     break
             epoch += 1
@@ -244,7 +345,11 @@ def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_k
     architecture, the initial weights, the data, every training argument and tfmini's source code,
     so any change retrains. The returned history has ``loaded=True`` when it came from disk.
 
+    Returns:
+        the :class:`History` of the training run, trained now or loaded.
+
     Args:
+        model, batches: as for :func:`fit`.
         name: a readable prefix for the checkpoint file.
         cache_dir: where checkpoints live; default ``$TFMINI_CACHE`` or ``~/.cache/tfmini``.
         fit_kwargs: passed to :func:`fit`; callables (``eval_fn``, ``stop_fn``, ``loss_fn``) are not
@@ -284,13 +389,31 @@ def _prefix_match(pred: torch.Tensor, target: torch.Tensor, pad_id: int):
 
 
 def token_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> float:
-    """Fraction of non-pad target positions (EOS included) that ``pred`` gets right."""
+    """Fraction of non-pad target positions (EOS included) that ``pred`` gets right.
+
+    Args:
+        pred: decoded ids ``(B, L)``; shorter than the target counts as padding, longer is cut.
+        target: reference ids ``(B, T)``, without BOS.
+        pad_id: the id of the padding token.
+
+    Returns:
+        a number in ``[0, 1]``.
+    """
     match, real = _prefix_match(pred, target, pad_id)
     return match.sum().item() / max(real.sum().item(), 1)
 
 
 def sequence_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> float:
-    """Fraction of sequences reproduced exactly, EOS included (so no extra or missing tokens)."""
+    """Fraction of sequences reproduced exactly, EOS included (so no extra or missing tokens).
+
+    Args:
+        pred: decoded ids ``(B, L)``.
+        target: reference ids ``(B, T)``, without BOS.
+        pad_id: the id of the padding token.
+
+    Returns:
+        a number in ``[0, 1]``.
+    """
     match, real = _prefix_match(pred, target, pad_id)
     return (match == real).all(dim=1).float().mean().item()
 
@@ -299,6 +422,15 @@ def sequence_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0)
 def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, pad_id: int = 0,
              beam_size: int = 1, device=None) -> Dict[str, float]:
     """Decode every source in ``batches`` (pairs ``(src, tgt)`` with ``tgt`` = BOS ... EOS) and score it.
+
+    Args:
+        model: an encoder-decoder tfmini model.
+        batches: batches of ``(src (B, S), tgt (B, T))``.
+        max_len: the longest output to decode.
+        bos_id, eos_id, pad_id: the special ids of the target vocabulary.
+        beam_size: 1 for :func:`~tfmini.decoding.greedy_decode`, more for
+            :func:`~tfmini.decoding.beam_search`.
+        device: where to decode (default: where the model is).
 
     Returns:
         ``{"token_acc": ..., "seq_acc": ...}`` over all examples.
@@ -325,6 +457,14 @@ def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, 
 def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width: int = 8, max_len: int = 40,
                        beam_size: int = 1) -> List[Dict[str, float]]:
     """:func:`evaluate` on token pairs grouped by source length in bins of ``bin_width`` tokens.
+
+    Args:
+        model: an encoder-decoder tfmini model.
+        pairs: ``(source_tokens, target_tokens)`` pairs.
+        src_vocab, tgt_vocab: the :class:`~tfmini.data.Vocab` of each side.
+        bin_width: source lengths per bin.
+        max_len: the longest output to decode.
+        beam_size: as in :func:`evaluate`.
 
     Returns:
         A list with one dict per non-empty bin (shortest first) with the keys ``lo`` and ``hi`` (the

@@ -1,0 +1,435 @@
+"""Browser test of the built site: open every page of ``_build/html`` in headless Chromium.
+
+    python scripts/browser_test.py                 # the site in _build/html
+    python scripts/browser_test.py --site DIR      # another build
+    python scripts/browser_test.py --only chapters/04_self_attention.html
+
+The site is served from a local HTTP server (a thread of this script, on 127.0.0.1) and opened with
+Playwright driving Debian's Chromium (``/usr/bin/chromium``; ``bash scripts/chromium.sh`` installs
+it). No browser is downloaded. For every HTML page of the build it checks that
+
+- the page loads with no console error, no uncaught JavaScript error, no failed or unsuccessful
+  request to the local server, and no request leaving it (the site must work offline);
+- MathJax has finished typesetting: every ``math`` element Sphinx wrote holds a rendered
+  ``mjx-container``, and no raw ``$$``, ``\\(``, ``\\)``, ``\\[``, ``\\]``, ``\\begin{`` or ``$x$``-like
+  dollar math is left in the text outside code;
+- every ``<img>`` has loaded (``complete`` and ``naturalWidth > 0``);
+- every link into the site resolves: the target file exists and its ``#fragment``, if any, is an
+  ``id`` (or ``name``) in the target page;
+- every collapsible block (``<details>``) opens, and the math inside it is rendered;
+- each chapter page (one per notebook of ``chapters/`` that ``_toc.yml`` lists) has a Colab launch
+  link to exactly ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/chapters/<chapter>.ipynb``,
+  with the repository and branch of ``_config.yml``;
+
+and that the search page finds results for "attention". It prints a summary and exits with 1 and a
+list of the failures if any check fails (2 if it cannot run at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import html.parser
+import http.server
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+# Flags for a closed network: without the background-networking ones Chromium keeps trying to reach
+# its own services, and those connections are refused.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Templates that Sphinx themes copy into _static; they are not pages.
+NOT_PAGES = ("_static/",)
+SEARCH_TERM = "attention"
+TIMEOUT_MS = 30_000
+
+# Text nodes outside these elements are "visible text" for the raw-delimiter check.
+JS_PAGE_FACTS = r"""
+async () => {
+  const SKIP = new Set(["SCRIPT", "STYLE", "PRE", "CODE", "TEXTAREA", "KBD", "SAMP", "NOSCRIPT"]);
+  function isSkipped(node) {
+    for (let el = node.parentElement; el; el = el.parentElement) {
+      if (SKIP.has(el.tagName) || el.tagName.startsWith("MJX-") || el.classList.contains("highlight")) return true;
+    }
+    return false;
+  }
+  // Images: lazy ones are made eager, then every image is awaited.
+  const imgs = Array.from(document.images);
+  imgs.forEach(img => { if (img.loading === "lazy") img.loading = "eager"; });
+  await Promise.race([
+    Promise.all(imgs.map(img => img.complete ? null :
+      new Promise(r => { img.addEventListener("load", r); img.addEventListener("error", r); }))),
+    new Promise(r => setTimeout(r, 15000)),
+  ]);
+  const images = imgs.map(img => ({src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0}));
+  // Math: Sphinx writes each equation into an element of class "math"; MathJax renders into it.
+  const mathEls = Array.from(document.querySelectorAll("span.math, div.math"));
+  const unrendered = mathEls.filter(el => !el.querySelector("mjx-container"))
+                            .map(el => el.textContent.trim().slice(0, 80));
+  const rendered = document.querySelectorAll("mjx-container").length;
+  // Visible text outside code, math and scripts.
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const texts = [];
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (!isSkipped(n) && n.nodeValue.trim()) texts.push(n.nodeValue);
+  }
+  // Anchors, and the <link>s of the head (next/prev pages, stylesheets, icons).
+  const links = Array.from(document.querySelectorAll("a[href], link[href]")).map(a => a.href);
+  const ids = Array.from(document.querySelectorAll("[id], a[name]")).map(el => el.id || el.getAttribute("name"));
+  // Collapsible blocks: each must open, and math inside it must be rendered.
+  const details = Array.from(document.querySelectorAll("details"));
+  const detailsFacts = details.map(d => {
+    d.open = true;
+    const summary = d.querySelector("summary");
+    const inner = Array.from(d.querySelectorAll("span.math, div.math"));
+    return {
+      summary: summary ? summary.textContent.trim() : "",
+      opened: d.open && d.getBoundingClientRect().height > (summary ? summary.getBoundingClientRect().height : 0),
+      math: inner.length,
+      mathRendered: inner.filter(el => el.querySelector("mjx-container")).length,
+    };
+  });
+  return {images, mathCount: mathEls.length, unrendered, rendered, text: texts.join("\n"), links, ids,
+          details: detailsFacts, hasMathJax: !!document.querySelector('script[src*="mathjax"]')};
+}
+"""
+
+RAW_MATH = [
+    (re.compile(r"\$\$"), "$$"),
+    (re.compile(r"\\\("), r"\("),
+    (re.compile(r"\\\)"), r"\)"),
+    (re.compile(r"\\\["), r"\["),
+    (re.compile(r"\\\]"), r"\]"),
+    (re.compile(r"\\begin\{"), r"\begin{"),
+    (re.compile(r"\$[A-Za-z\\{][^$\n]{0,80}?\$"), "$...$"),
+]
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+def serve(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Serve ``directory`` on 127.0.0.1 (a free port) from a daemon thread."""
+    handler = functools.partial(_Quiet, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+class _Ids(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if value and (name == "id" or (tag == "a" and name == "name")):
+                self.ids.add(value)
+
+
+@functools.lru_cache(maxsize=None)
+def static_ids(path: Path) -> frozenset[str]:
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return frozenset(parser.ids)
+
+
+@dataclass
+class Report:
+    pages: int = 0
+    links: int = 0
+    link_targets: set = field(default_factory=set)
+    external_links: int = 0
+    equations: int = 0
+    rendered: int = 0
+    images: int = 0
+    details: int = 0
+    colab: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def fail(self, page: str, message: str) -> None:
+        self.failures.append(f"{page}: {message}")
+
+
+def toc_chapters() -> list[Path]:
+    """The notebooks of chapters/ that _toc.yml lists: each is a page of the site."""
+    listed = set(re.findall(r"^\s*-?\s*file:\s*(chapters/\S+?)(?:\.ipynb)?\s*$",
+                            (ROOT / "_toc.yml").read_text(encoding="utf-8"), re.MULTILINE))
+    return [p for p in sorted((ROOT / "chapters").glob("*.ipynb")) if f"chapters/{p.stem}" in listed]
+
+
+def expected_colab_url(stem: str) -> str:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    repo = config["repository"]
+    owner_name = urlsplit(repo["url"].rstrip("/")).path.strip("/").removesuffix(".git")
+    book = (repo.get("path_to_book") or "").strip("/")
+    path = f"{book}/chapters/{stem}.ipynb" if book else f"chapters/{stem}.ipynb"
+    return f"https://colab.research.google.com/github/{owner_name}/blob/{repo.get('branch', 'main')}/{path}"
+
+
+REFRESH = re.compile(r'<meta\s+http-equiv="refresh"\s+content="\d+;\s*url=([^"]+)"', re.IGNORECASE)
+
+
+def redirect_target(path: Path) -> str | None:
+    """The URL a page forwards to with a ``<meta http-equiv="refresh">``, if it does."""
+    found = REFRESH.search(path.read_text(encoding="utf-8", errors="replace")[:2000])
+    return found.group(1) if found else None
+
+
+def resolve_local(site: Path, base: str, url: str) -> tuple[Path | None, str]:
+    """The file that a URL of the local server points to, and its fragment."""
+    parts = urlsplit(url)
+    rel = unquote(parts.path)[len(urlsplit(base).path):]
+    target = site / rel
+    if not rel or rel.endswith("/") or target.is_dir():
+        target = target / "index.html"
+    return (target if target.is_file() else None), unquote(parts.fragment)
+
+
+def check_page(page, site: Path, base: str, rel: str, report: Report, chapters: dict[str, str]) -> None:
+    url = base + rel
+    problems: list[str] = []
+
+    # The browser asks the server root for /favicon.ico by itself when a page names no icon; that
+    # request is not the site's.
+    favicon = base + "favicon.ico"
+
+    def on_console(msg):
+        if msg.type == "error":
+            where = msg.location.get("url", "") if msg.location else ""
+            if where == favicon:
+                return
+            problems.append(f"console error: {msg.text}" + (f" ({where})" if where else ""))
+
+    def on_request_failed(request):
+        if request.url.startswith(base) and request.url != favicon:
+            problems.append(f"request failed: {request.url} ({request.failure})")
+
+    def on_response(response):
+        if response.url.startswith(base) and response.status >= 400 and response.url != favicon:
+            problems.append(f"HTTP {response.status}: {response.url}")
+
+    def on_request(request):
+        if not request.url.startswith((base, "data:", "blob:", "about:")):
+            problems.append(f"request outside the site: {request.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("requestfailed", on_request_failed)
+    page.on("response", on_response)
+    page.on("request", on_request)
+
+    redirect = redirect_target(site / rel)
+    response = page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
+    if response is None or not response.ok:
+        report.fail(rel, f"page did not load (status {response.status if response else 'none'})")
+        return
+    if redirect is not None:
+        # A page that only forwards (index.html -> intro.html): its target must exist and the browser
+        # must arrive there; the target is checked as a page of its own.
+        report.pages += 1
+        report.links += 1
+        target_url = urljoin(url, redirect)
+        target, _ = resolve_local(site, base, target_url)
+        if target is None:
+            problems.append(f"redirects to a missing page: {redirect}")
+        else:
+            try:
+                page.wait_for_url(target_url, timeout=TIMEOUT_MS)
+                page.wait_for_load_state("load")
+            except Exception:  # noqa: BLE001
+                problems.append(f"does not forward to {redirect} (stays at {page.url})")
+        for problem in problems:
+            report.fail(rel, problem)
+        return
+    has_mathjax = page.evaluate("() => !!document.querySelector('script[src*=\"mathjax\"]')")
+    if has_mathjax:
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                   timeout=TIMEOUT_MS)
+            page.evaluate("async () => { await MathJax.startup.promise; "
+                          "if (MathJax.typesetPromise) await MathJax.typesetPromise(); }")
+        except Exception as exc:  # noqa: BLE001 - reported as a failure of the page
+            problems.append(f"MathJax did not start: {exc}")
+    facts = page.evaluate(JS_PAGE_FACTS)
+    page.wait_for_timeout(100)  # late console messages
+
+    report.pages += 1
+    report.equations += facts["mathCount"]
+    report.rendered += facts["rendered"]
+    if facts["mathCount"] and not has_mathjax:
+        problems.append(f"{facts['mathCount']} equation(s) but MathJax is not loaded")
+    for tex in facts["unrendered"][:5]:
+        problems.append(f"equation not rendered by MathJax: {tex!r}")
+    if len(facts["unrendered"]) > 5:
+        problems.append(f"... and {len(facts['unrendered']) - 5} more equations not rendered")
+    for pattern, name in RAW_MATH:
+        found = pattern.search(facts["text"])
+        if found:
+            start = max(found.start() - 40, 0)
+            context = facts["text"][start:found.end() + 40].replace("\n", " ")
+            problems.append(f"raw math delimiter {name} in the text: ...{context}...")
+
+    for image in facts["images"]:
+        report.images += 1
+        if not image["ok"]:
+            problems.append(f"image did not load: {image['src']}")
+
+    for d in facts["details"]:
+        report.details += 1
+        if not d["opened"]:
+            problems.append(f"collapsible block {d['summary']!r} does not open")
+        if d["mathRendered"] < d["math"]:
+            problems.append(f"collapsible block {d['summary']!r}: {d['math'] - d['mathRendered']} equation(s) "
+                            "not rendered")
+
+    live_ids = set(facts["ids"])
+    for href in facts["links"]:
+        scheme = urlsplit(href).scheme
+        if not href.startswith(base):
+            if scheme in ("http", "https"):
+                report.external_links += 1
+            continue
+        report.links += 1
+        target, fragment = resolve_local(site, base, href)
+        report.link_targets.add(href)
+        if target is None:
+            problems.append(f"broken link: {href[len(base):]} (no such file)")
+            continue
+        if fragment and target.suffix == ".html":
+            same_page = target == (site / rel)
+            if fragment not in static_ids(target) and not (same_page and fragment in live_ids):
+                problems.append(f"broken link: {href[len(base):]} (no id {fragment!r} in "
+                                f"{target.relative_to(site)})")
+
+    if rel in chapters:
+        expected = chapters[rel]
+        colab = sorted({h for h in facts["links"] if "colab.research.google.com" in h})
+        report.colab += len(colab)
+        if colab != [expected]:
+            problems.append(f"Colab launch link: expected {expected}, found {colab or 'none'}")
+
+    for problem in dict.fromkeys(problems):  # each distinct problem once, in order
+        report.fail(rel, problem)
+
+
+def check_search(page, base: str, report: Report) -> int:
+    """Search the site for SEARCH_TERM; returns the number of results."""
+    page.goto(f"{base}search.html?q={SEARCH_TERM}", wait_until="load", timeout=TIMEOUT_MS)
+    try:
+        page.wait_for_function(
+            "() => { const s = document.querySelector('#search-results .search-summary, #search-results p');"
+            " return s && /found|did not match/i.test(s.textContent); }", timeout=TIMEOUT_MS)
+    except Exception:  # noqa: BLE001
+        report.fail("search.html", f"searching for {SEARCH_TERM!r} never finished")
+        return 0
+    hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(a => a.href)")
+    if not hits:
+        report.fail("search.html", f"searching for {SEARCH_TERM!r} found no result")
+    elif not any("/chapters/" in h for h in hits):
+        report.fail("search.html", f"searching for {SEARCH_TERM!r} found no chapter: {hits}")
+    return len(hits)
+
+
+def pages_of(site: Path) -> list[str]:
+    pages = []
+    for path in sorted(site.rglob("*.html")):
+        rel = path.relative_to(site).as_posix()
+        if not rel.startswith(NOT_PAGES):
+            pages.append(rel)
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", type=Path, default=ROOT / "_build" / "html", help="the built site")
+    parser.add_argument("--only", nargs="*", default=None, help="check only these pages (paths in the site)")
+    parser.add_argument("--verbose", action="store_true", help="print each page and its time")
+    parser.add_argument("--chromium", default=CHROMIUM, help="the Chromium executable")
+    args = parser.parse_args(argv)
+
+    site = args.site.resolve()
+    if not (site / "index.html").is_file():
+        print(f"browser test: no built site in {site} (run bash scripts/book.sh first)", file=sys.stderr)
+        return 2
+    if not Path(args.chromium).is_file():
+        print(f"browser test: {args.chromium} not found (bash scripts/chromium.sh installs it)", file=sys.stderr)
+        return 2
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("browser test: Playwright for Python is not installed (pip install -r requirements.txt)",
+              file=sys.stderr)
+        return 2
+
+    chapters = {f"chapters/{p.stem}.html": expected_colab_url(p.stem) for p in toc_chapters()}
+    pages = args.only if args.only is not None else pages_of(site)
+    report = Report()
+    if args.only is None:
+        for rel in chapters:
+            if not (site / rel).is_file():
+                report.fail(rel, "chapter page missing from the build")
+
+    t0 = time.perf_counter()
+    server, base = serve(site)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=args.chromium, headless=True,
+                                         chromium_sandbox=False, args=CHROMIUM_ARGS)
+            for rel in pages:
+                # A fresh context per page: every page is a first visit, with empty browser storage.
+                context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+                t_page = time.perf_counter()
+                try:
+                    check_page(context.new_page(), site, base, rel, report, chapters)
+                    if args.verbose:
+                        print(f"  {rel}: {time.perf_counter() - t_page:.1f} s", flush=True)
+                except Exception as exc:  # noqa: BLE001 - one broken page must not hide the others
+                    report.fail(rel, f"could not be checked: {exc}")
+                finally:
+                    context.close()
+            results = 0
+            if args.only is None:
+                context = browser.new_context(service_workers="block")
+                results = check_search(context.new_page(), base, report)
+                context.close()
+            browser.close()
+    finally:
+        server.shutdown()
+    elapsed = time.perf_counter() - t0
+
+    print(f"browser test: {report.pages} pages, {report.links} internal links "
+          f"({len(report.link_targets)} distinct targets), {report.external_links} external links not "
+          f"followed, {report.equations} equations ({report.rendered} MathJax renderings), "
+          f"{report.images} images, {report.details} collapsible blocks, {report.colab} Colab links, "
+          f"search for {SEARCH_TERM!r}: {results} results; {elapsed:.1f} s")
+    if report.failures:
+        print(f"browser test: {len(report.failures)} failure(s):")
+        for failure in report.failures:
+            print(f"  - {failure}")
+        return 1
+    print("browser test: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
