@@ -22,7 +22,7 @@ import tfmini
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch, shared by all processes")
+    parser.add_argument("--batch-size", type=int, default=32, help="global batch, shared by all processes")
     parser.add_argument("--examples", type=int, default=20000)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
@@ -40,7 +40,8 @@ def build(args: argparse.Namespace):
     tfmini.set_seed(0)
     config = tfmini.TransformerConfig(len(tgt_vocab), src_vocab_size=len(src_vocab), d_model=args.d_model,
                                       num_heads=4, num_encoder_layers=args.layers,
-                                      num_decoder_layers=args.layers, dropout=0.0, max_len=128)
+                                      num_decoder_layers=args.layers, dropout=0.0, max_len=128,
+                                      norm_first=True)
     return tfmini.Transformer(config), data
 
 

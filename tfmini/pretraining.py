@@ -3,7 +3,7 @@ decoder-only model, and BERT-style masked tokens (with their loss) for an encode
 
 Shapes: B batch, T sequence length, V vocabulary size.
 
-The text is the standard library's own source code, read with :mod:`inspect`: no download, and the
+The text is the standard library's own source code, read with ``inspect``: no download, and the
 same characters on every machine with the same Python version. A decoder-only model trains on
 :func:`lm_windows` of it through :class:`~tfmini.data.Batches` and :func:`~tfmini.train.batch_loss`;
 an encoder-only model trains with ``fit(..., loss_fn=...)`` and :func:`masked_lm_loss`.
@@ -21,13 +21,14 @@ from torch import nn
 __all__ = ["PYTHON_SOURCE_MODULES", "python_source_text", "train_val_split", "lm_windows", "IGNORE_INDEX",
            "mask_tokens", "masked_lm_loss"]
 
-# Pure-Python standard-library modules present in every CPython since 3.10, in a fixed order.
 PYTHON_SOURCE_MODULES = (
     "textwrap", "string", "functools", "heapq", "bisect", "fractions", "statistics", "calendar", "difflib",
     "shlex", "pprint", "queue", "fnmatch", "glob", "copy", "dataclasses", "enum", "argparse", "json.decoder",
     "json.encoder", "random", "contextlib", "abc", "csv", "tokenize", "operator", "numbers", "collections",
     "ast", "gettext", "tempfile", "shutil", "ipaddress", "datetime",
 )
+"""The default modules of :func:`python_source_text`: pure-Python standard-library modules present in
+every CPython since 3.10, in a fixed order."""
 
 IGNORE_INDEX = -100
 """The label of a position that is not scored (the default ``ignore_index`` of ``F.cross_entropy``)."""
@@ -68,6 +69,10 @@ def train_val_split(seq: Sequence, val_fraction: float = 0.1) -> Tuple[Sequence,
     For language modelling the split must be contiguous: windows drawn at random from one text
     overlap, and a model would be scored on characters it was trained on.
 
+    Args:
+        seq: anything that can be sliced, e.g. a string, a list of ids or a 1-D tensor.
+        val_fraction: the share of ``seq`` that goes to the validation part.
+
     Returns:
         ``(seq[:n], seq[n:])`` with ``n = round(len(seq) * (1 - val_fraction))``, both non-empty.
     """
@@ -84,8 +89,13 @@ def lm_windows(ids: Sequence[int], length: int, stride: Optional[int] = None) ->
     """Fixed-length windows of a long id sequence, to batch with :class:`~tfmini.data.Batches`.
 
     A window of ``length`` ids gives ``length - 1`` next-token predictions (``batch_loss`` predicts
-    ``ids[:, 1:]`` from ``ids[:, :-1]``). Windows start every ``stride`` ids (default ``length``, no
-    overlap); a remainder shorter than ``length`` at the end is dropped.
+    ``ids[:, 1:]`` from ``ids[:, :-1]``). Windows start every ``stride`` ids; a remainder shorter than
+    ``length`` at the end is dropped.
+
+    Args:
+        ids: the whole text as ids, a list or a 1-D tensor ``(N,)``.
+        length: ids per window (the model's context plus one).
+        stride: distance between the starts of two windows (default ``length``: no overlap).
 
     Returns:
         ``(len(ids) - length) // stride + 1`` lists of ``length`` ids.
@@ -113,7 +123,12 @@ def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, mask_prob: flo
     BERT's 15 % and 80/10/10; ``replace_prob=1.0, random_prob=0.0`` always shows ``mask_id``.
 
     Args:
-        ids: token ids; the default ``special_ids`` are :class:`~tfmini.data.Vocab`'s pad, BOS, EOS and UNK.
+        ids: token ids, an integer tensor.
+        mask_id: id of the mask token (``<mask>``); never chosen itself.
+        vocab_size: number of ids; random replacements are drawn from the ordinary ids below it.
+        mask_prob: share of each sequence's ordinary tokens to choose.
+        replace_prob, random_prob: shares of the chosen tokens shown as ``mask_id`` and as a random token.
+        special_ids: ids never chosen nor drawn (default: :class:`~tfmini.data.Vocab`'s pad, BOS, EOS and UNK).
         generator: makes the draw reproducible.
 
     Shape: ids ``(B, T)`` -> inputs ``(B, T)``, labels ``(B, T)``.
@@ -165,8 +180,11 @@ def masked_lm_loss(model: nn.Module, ids: torch.Tensor, *, mask_id: int, vocab_s
 
     Args:
         model: maps ids ``(B, T)`` to logits ``(B, T, V)`` (e.g. :class:`~tfmini.model.EncoderOnlyLM`).
+        ids: the uncorrupted batch ``(B, T)``.
+        mask_id: id of the mask token.
         vocab_size: defaults to ``model.cfg.vocab_size``.
-        mask_kwargs: ``mask_prob``, ``replace_prob``, ``random_prob``, ``special_ids`` of :func:`mask_tokens`.
+        generator: makes the masking reproducible.
+        **mask_kwargs: ``mask_prob``, ``replace_prob``, ``random_prob``, ``special_ids`` of :func:`mask_tokens`.
 
     Returns:
         a scalar tensor.
