@@ -252,6 +252,22 @@ def test_masked_lm_loss_trains_an_encoder_only_model_with_fit():
     assert before > 1.0 and hist.loss[-1] < 0.2
 
 
+def test_masked_lm_loss_reads_the_vocab_size_through_a_wrapper():
+    class Wrapper(nn.Module):  # like DistributedDataParallel: the model is wrapped, the wrapper has no cfg
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, ids):
+            return self.module(ids)
+
+    cfg = TransformerConfig(vocab_size=V, d_model=16, num_heads=2, num_encoder_layers=1, d_ff=32, dropout=0.0, max_len=20)
+    model, ids = EncoderOnlyLM(cfg), ordinary_ids(3, 12)
+    wrapped = masked_lm_loss(Wrapper(model), ids, mask_id=MASK, generator=torch.Generator().manual_seed(5))
+    direct = masked_lm_loss(model, ids, mask_id=MASK, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(wrapped, direct)
+
+
 def test_masked_lm_loss_needs_a_vocab_size():
     with pytest.raises(ValueError, match=r"vocab_size: expected an int for a model without a cfg.vocab_size, got None"):
         masked_lm_loss(FixedLogits(2, 5), ordinary_ids(2, 5), mask_id=MASK)

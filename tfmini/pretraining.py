@@ -182,7 +182,8 @@ def masked_lm_loss(model: nn.Module, ids: torch.Tensor, *, mask_id: int, vocab_s
         model: maps ids ``(B, T)`` to logits ``(B, T, V)`` (e.g. :class:`~tfmini.model.EncoderOnlyLM`).
         ids: the uncorrupted batch ``(B, T)``.
         mask_id: id of the mask token.
-        vocab_size: defaults to ``model.cfg.vocab_size``.
+        vocab_size: defaults to ``model.cfg.vocab_size`` (of ``model.module`` when ``model`` is a
+            wrapper such as the ``DistributedDataParallel`` that :func:`~tfmini.train.fit` uses under ``torchrun``).
         generator: makes the masking reproducible.
         **mask_kwargs: ``mask_prob``, ``replace_prob``, ``random_prob``, ``special_ids`` of :func:`mask_tokens`.
 
@@ -190,7 +191,7 @@ def masked_lm_loss(model: nn.Module, ids: torch.Tensor, *, mask_id: int, vocab_s
         a scalar tensor.
     """
     if vocab_size is None:
-        cfg = getattr(model, "cfg", None)
+        cfg = getattr(getattr(model, "module", model), "cfg", None)
         if cfg is None:
             raise ValueError("vocab_size: expected an int for a model without a cfg.vocab_size, got None")
         vocab_size = cfg.vocab_size

@@ -243,7 +243,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     from ``batches`` and trains on its slice (:func:`tfmini.distributed.shard`). The default loss is
     each rank's sum of token losses divided by the global number of target tokens (times the number
     of ranks, which DDP's gradient average divides out), so a step equals a single-process step on the
-    whole global batch. A custom ``loss_fn`` is averaged over ranks, as DDP does. Only rank 0 shows
+    whole global batch. A custom ``loss_fn`` is averaged over ranks, as DDP does; it
+    receives the DDP wrapper, whose ``.module`` is ``model``. Only rank 0 shows
     progress; the history is the same on every rank.
 
     Returns:
