@@ -18,8 +18,8 @@ it). No browser is downloaded. For every HTML page of the build it checks that
   ``id`` (or ``name``) in the target page;
 - every collapsible block (``<details>``) opens, and the math inside it is rendered;
 - each chapter page (one per notebook of ``chapters/`` that ``_toc.yml`` lists) has a Colab launch
-  link to exactly ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/chapters/<chapter>.ipynb``,
-  with the repository and branch of ``_config.yml``;
+  link to exactly ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/colab/<chapter>.ipynb``,
+  the chapter's Colab copy (``scripts/colab.py``), with the repository and branch of ``_config.yml``;
 
 and that the search page finds results for "attention". It prints a summary and exits with 1 and a
 list of the failures if any check fails (2 if it cannot run at all).
@@ -182,7 +182,7 @@ def expected_colab_url(stem: str) -> str:
     repo = config["repository"]
     owner_name = urlsplit(repo["url"].rstrip("/")).path.strip("/").removesuffix(".git")
     book = (repo.get("path_to_book") or "").strip("/")
-    path = f"{book}/chapters/{stem}.ipynb" if book else f"chapters/{stem}.ipynb"
+    path = f"{book}/colab/{stem}.ipynb" if book else f"colab/{stem}.ipynb"
     return f"https://colab.research.google.com/github/{owner_name}/blob/{repo.get('branch', 'main')}/{path}"
 
 

@@ -13,5 +13,5 @@ for arg in "$@"; do
 done
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 python scripts/execute.py ${TFMINI_ARGS[@]+"${TFMINI_ARGS[@]}"}
-# The landing page quotes each chapter's runtime from the outputs just written.
-python scripts/runtimes.py --update
+# The Colab copies (colab/, which the site's Colab buttons open), from the notebooks just written.
+python scripts/colab.py

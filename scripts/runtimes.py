@@ -1,13 +1,13 @@
-"""How long each chapter takes to run, read from the notebooks' stored outputs.
+"""How long each chapter takes to execute, kept as a table in intro.md.
 
-    python scripts/runtimes.py            # print the table
-    python scripts/runtimes.py --update   # write it into intro.md
-    python scripts/runtimes.py --check    # exit 1 if intro.md's table is out of date
+    python scripts/runtimes.py            # print the table as intro.md has it
+    python scripts/runtimes.py --check    # exit 1 unless the table has one row per chapter of _toc.yml
 
-The table has one row per chapter of _toc.yml. The last code cell of every chapter prints
-``this notebook ran in N s``; the committed outputs come from ``scripts/execute.sh``, which runs this
-script with ``--update`` after executing notebooks. In intro.md the table follows the MyST comment line
-``% chapter runtimes: ...`` (MARKER); tests/test_repo.py checks that it matches the notebooks.
+The execute command (scripts/execute.py) times every notebook it runs, from kernel start to the
+last cell, and calls :func:`record` to write those seconds into intro.md's table; rows of chapters it
+did not run keep their last value. No notebook measures or asserts its own run time: a slow machine
+or a reader who pauses between cells changes the clock, never a result. In intro.md the table follows
+the MyST comment line ``% chapter runtimes: ...`` (MARKER); tests/test_repo.py runs the check.
 """
 
 from __future__ import annotations
@@ -20,33 +20,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 INTRO = ROOT / "intro.md"
-MARKER = "% chapter runtimes: the table below is written by `python scripts/runtimes.py --update`"
-RUNTIME = re.compile(r"this notebook ran in (\d+) s")
+MARKER = "% chapter runtimes: the table below is written by the execute command (scripts/execute.py)"
+ROW = re.compile(r"^\| \[(?P<title>.+)\]\(chapters/(?P<file>[^)]+\.ipynb)\) \| (?P<seconds>\d+) s \|$")
 TITLE = re.compile(r"^#\s+(.+?)\s*$", re.MULTILINE)
 
 
-def _text(value) -> str:
-    return "".join(value) if isinstance(value, list) else (value or "")
-
-
-def runtime(path: Path) -> int:
-    """Seconds printed by the notebook's last code cell."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    code = [c for c in nb["cells"] if c["cell_type"] == "code" and _text(c["source"]).strip()]
-    if not code:
-        raise ValueError(f"{path.name}: no code cell")
-    for output in code[-1].get("outputs", []):
-        found = RUNTIME.search(_text(output.get("text")))
-        if found:
-            return int(found.group(1))
-    raise ValueError(f"{path.name}: the last code cell does not print 'this notebook ran in N s'")
-
-
 def title(path: Path) -> str:
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
+    """The chapter's title: the first level-1 heading of its notebook."""
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         if cell["cell_type"] == "markdown":
-            found = TITLE.search(_text(cell["source"]))
+            found = TITLE.search("".join(cell["source"]))
             if found:
                 return found.group(1)
     return path.stem
@@ -59,22 +42,7 @@ def toc_chapters() -> list[Path]:
     return [p for p in sorted((ROOT / "chapters").glob("*.ipynb")) if f"chapters/{p.stem}" in listed]
 
 
-def runtimes() -> list[tuple[Path, str, int]]:
-    return [(p, title(p), runtime(p)) for p in toc_chapters()]
-
-
-def table(rows: list[tuple[Path, str, int]]) -> str:
-    lines = ["| Chapter | Runs in |", "|---|---:|"]
-    for path, name, seconds in rows:
-        lines.append(f"| [{name}](chapters/{path.name}) | {seconds} s |")
-    total = sum(seconds for _, _, seconds in rows)
-    lines.append(f"| **All {len(rows)} chapters** | **{total // 60} min {total % 60:02d} s** |")
-    return "\n".join(lines)
-
-
-def replace_table(text: str, new_table: str) -> str:
-    """intro.md's text with the table after MARKER replaced."""
-    lines = text.split("\n")
+def _table_span(lines: list[str]) -> tuple[int, int]:
     try:
         start = lines.index(MARKER) + 1
     except ValueError:
@@ -82,34 +50,56 @@ def replace_table(text: str, new_table: str) -> str:
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
-    return "\n".join(lines[:start] + new_table.split("\n") + lines[end:])
+    return start, end
+
+
+def recorded(text: str | None = None) -> dict[str, int]:
+    """Seconds per notebook file name, as intro.md's table has them."""
+    lines = (INTRO.read_text(encoding="utf-8") if text is None else text).split("\n")
+    start, end = _table_span(lines)
+    return {m["file"]: int(m["seconds"]) for m in map(ROW.match, lines[start:end]) if m}
+
+
+def table(seconds: dict[str, int]) -> str:
+    """The Markdown table: one row per chapter of _toc.yml, then the total."""
+    rows = ["| Chapter | Runs in |", "|---|---:|"]
+    for path in toc_chapters():
+        rows.append(f"| [{title(path)}](chapters/{path.name}) | {seconds[path.name]} s |")
+    total = sum(seconds[p.name] for p in toc_chapters())
+    rows.append(f"| **All {len(toc_chapters())} chapters** | **{total // 60} min {total % 60:02d} s** |")
+    return "\n".join(rows)
+
+
+def record(measured: dict[str, float]) -> None:
+    """Write the measured seconds of the given notebooks (by file name) into intro.md's table."""
+    text = INTRO.read_text(encoding="utf-8")
+    seconds = recorded(text)
+    seconds.update({name: round(s) for name, s in measured.items()})
+    missing = [p.name for p in toc_chapters() if p.name not in seconds]
+    if missing:
+        raise ValueError(f"no run time recorded yet for {missing}: execute them (scripts/execute.sh)")
+    lines = text.split("\n")
+    start, end = _table_span(lines)
+    INTRO.write_text("\n".join(lines[:start] + table(seconds).split("\n") + lines[end:]), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--update", action="store_true", help="write the table into intro.md")
-    group.add_argument("--check", action="store_true", help="fail if intro.md's table is out of date")
+    parser.add_argument("--check", action="store_true", help="fail unless every chapter has a row")
     args = parser.parse_args(argv)
-
-    new_table = table(runtimes())
-    if not (args.update or args.check):
-        print(new_table)
-        return 0
     text = INTRO.read_text(encoding="utf-8")
-    updated = replace_table(text, new_table)
+    seconds = recorded(text)
+    expected = [p.name for p in toc_chapters()]
     if args.check:
-        if updated != text:
-            print("runtimes: intro.md's table differs from the notebooks; run python scripts/runtimes.py --update",
-                  file=sys.stderr)
+        lines = text.split("\n")
+        start, end = _table_span(lines)
+        if sorted(seconds) != sorted(expected) or "\n".join(lines[start:end]) != table(seconds):
+            print(f"runtimes: intro.md's table does not list exactly the chapters {expected}; "
+                  "run scripts/execute.sh on the missing ones", file=sys.stderr)
             return 1
-        print("runtimes: intro.md is up to date")
+        print("runtimes: intro.md lists every chapter")
         return 0
-    if updated != text:
-        INTRO.write_text(updated, encoding="utf-8")
-        print("runtimes: intro.md updated")
-    else:
-        print("runtimes: intro.md already up to date")
+    print(table(seconds))
     return 0
 
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Run every check of the course; fails on the first failing stage.
 #   1. unit tests of tfmini and of the repository (pytest tests)
-#   2. strict nbval over every chapter: each notebook re-executed and compared with its committed outputs
-#   3. the book build with warnings as errors
-#   4. the browser test: every page of the built site opened in headless Chromium (installed by
+#   2. the same unit tests with the oldest versions that pyproject.toml allows (scripts/test_minimums.sh, .venv-min/)
+#   3. strict nbval over every chapter: each notebook re-executed and compared with its committed outputs
+#   4. every notebook as on Colab (scripts/colab_run.py): alone in an empty folder, in a fresh environment
+#      with another torch than the pin, tfmini installed by the notebook's own setup cell
+#   5. the book build with warnings as errors
+#   6. the browser test: every page of the built site opened in headless Chromium (installed by
 #      scripts/chromium.sh when missing) and checked by scripts/browser_test.py
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -35,11 +38,15 @@ stage_done() {
     TFMINI_STAGE=""
 }
 
-stage "1/4 unit tests: python -m pytest tests -q"
+stage "1/6 unit tests: python -m pytest tests -q"
 python -m pytest tests -q
 stage_done "unit tests"
 
-stage "2/4 notebooks: strict nbval over chapters/"
+stage "2/6 minimum versions: bash scripts/test_minimums.sh (pytest tests with the oldest versions pyproject.toml allows)"
+bash scripts/test_minimums.sh
+stage_done "minimum versions"
+
+stage "3/6 notebooks: strict nbval over chapters/"
 shopt -s nullglob
 TFMINI_NOTEBOOKS=(chapters/*.ipynb)
 shopt -u nullglob
@@ -53,14 +60,18 @@ else
 fi
 stage_done "notebooks"
 
-stage "3/4 book: bash scripts/book.sh --all (warnings are errors)"
+stage "4/6 Colab: python scripts/colab_run.py (every notebook alone, as Colab runs it)"
+python scripts/colab_run.py
+stage_done "Colab"
+
+stage "5/6 book: bash scripts/book.sh --all (warnings are errors)"
 # From an empty _build/html: Sphinx keeps some pages of an earlier build (the source pages of
-# tfmini's modules) when their inputs did not change, and stage 4 must see only this build's pages.
+# tfmini's modules) when their inputs did not change, and stage 6 must see only this build's pages.
 rm -rf _build/html
 bash scripts/book.sh --all
 stage_done "book"
 
-stage "4/4 browser: python scripts/browser_test.py (every page of _build/html in headless Chromium)"
+stage "6/6 browser: python scripts/browser_test.py (every page of _build/html in headless Chromium)"
 bash scripts/chromium.sh
 python scripts/browser_test.py
 stage_done "browser"

@@ -191,7 +191,7 @@ def test_sdpa_unbatched_inputs(with_mask):
     assert_close(out, batched[0], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, marks=pytest.mark.cpu_half_matmul), torch.bfloat16])
 def test_sdpa_half_precision_close_to_float32(dtype):
     q, k, v = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
     mask = random_mask((2, 1, 4, 6))

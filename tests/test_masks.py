@@ -15,7 +15,7 @@ import tfmini
 from tfmini import (DecoderLayer, DecoderOnlyLM, MultiHeadAttention, Transformer, TransformerConfig, attention_mask,
                     causal_mask, pad_mask, padding_mask, scaled_dot_product_attention)
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPES = [torch.float32, pytest.param(torch.float16, marks=pytest.mark.cpu_half_matmul), torch.bfloat16]
 
 
 # --------------------------------------------------------------------------------------------- construction

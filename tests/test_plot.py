@@ -1,5 +1,10 @@
-"""tfmini.plot: every function returns its axes or figure with the expected content and rejects bad shapes."""
+"""tfmini.plot: every function returns its axes or figure with the expected content and rejects bad shapes;
+``import tfmini`` does not import ``matplotlib.pyplot`` (the first plot does)."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import matplotlib.pyplot as plt  # the Agg backend is selected in conftest.py
 import numpy as np
@@ -110,3 +115,15 @@ def test_plot_history_loss_and_metric():
 def test_plot_history_rejects_unknown_x():
     with pytest.raises(ValueError, match=r"x: expected 'step' or 'time', got 'epoch'"):
         plot_history(make_history(), x="epoch")
+
+
+def test_import_tfmini_does_not_import_pyplot():
+    """pyplot picks a backend on import; tfmini imports it only when a plot needs a new figure.
+    A fresh interpreter, since this one has imported pyplot already."""
+    code = ("import sys, torch, tfmini\n"
+            "assert 'matplotlib.pyplot' not in sys.modules, 'import tfmini imported matplotlib.pyplot'\n"
+            "ax = tfmini.plot.plot_attention(torch.eye(3))\n"
+            "assert 'matplotlib.pyplot' in sys.modules and ax.images[0].get_array().shape == (3, 3)\n")
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -236,14 +236,17 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 
 def _fused_attention(q, k, v, attn_mask, dropout_p, is_causal):
-    """``F.scaled_dot_product_attention`` with tfmini's guarantee for fully masked rows (zeros, not NaN)."""
+    """``F.scaled_dot_product_attention`` with tfmini's guarantee for fully masked rows (zeros, not NaN).
+
+    Branch-free, so that it never waits for the GPU: a row that may attend to nothing is opened to
+    every key (which keeps the kernel away from NaN) and its output is then zeroed. Rows that may
+    attend somewhere see exactly their own mask, so their output is the kernel's, bit for bit.
+    """
     if attn_mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)
-    row_ok = attn_mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-    if bool(row_ok.all()):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask | ~row_ok, dropout_p=dropout_p)
-    return out.masked_fill(~row_ok, 0.0)
+    row_off = ~attn_mask.any(dim=-1, keepdim=True)  # (..., T, 1) True = a row with no key to attend to
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask | row_off, dropout_p=dropout_p)
+    return out.masked_fill(row_off, 0.0)  # (..., T, Dv)
 
 
 class MultiHeadAttention(nn.Module):

@@ -10,14 +10,21 @@ For an encoder-decoder model ``inputs`` is the source ``(B, S)`` and decoding st
 for a decoder-only model ``inputs`` is the prompt ``(B, P)``. All functions return only the
 generated tokens ``(B, L)`` (no BOS, no prompt), padded with ``pad_id`` after EOS.
 
+Decoding runs where the model is: ``inputs`` built on the CPU are moved to the model's device, and
+the generated tokens come back on the device of ``inputs``. Greedy decoding and beam search wait for
+the GPU only to test, once per step, whether every sequence has produced EOS; sampling also waits in
+``torch.multinomial``, which checks the probabilities on the host.
+
 Shapes: B batch, K beam size, V vocabulary, t tokens so far, L generated length.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 __all__ = ["select_batch", "greedy_decode", "sample", "beam_search"]
 
@@ -46,14 +53,33 @@ def select_batch(state, index: torch.Tensor):
     return state
 
 
+def _model_device(model, default: torch.device) -> torch.device:
+    """The device of the model's first parameter or buffer (``default`` for a model without any)."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()) if isinstance(model, nn.Module) else ():
+        return tensor.device
+    return default
+
+
+def _vocab_size(model) -> Optional[int]:
+    """The size of the output vocabulary of a tfmini model (None when the model does not say)."""
+    cfg = getattr(model, "cfg", None)
+    return getattr(cfg, "vocab_size", None) or getattr(model, "tgt_vocab_size", None)
+
+
 def _start(model, inputs: torch.Tensor, bos_id: Optional[int]):
-    if inputs.dim() != 2 or inputs.shape[0] == 0 or inputs.shape[1] == 0:
-        raise ValueError(f"inputs: expected non-empty token ids of shape (B, S), got {tuple(inputs.shape)}")
+    """Check the inputs, move them to the model's device and start decoding: ``(state, ys (B, t))``."""
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.shape[0] == 0 or inputs.shape[1] == 0:
+        got = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+        raise ValueError(f"inputs: expected non-empty token ids of shape (B, S), got {got}")
+    inputs = inputs.to(_model_device(model, inputs.device))
     state = model.start_decoding(inputs)
     if getattr(model, "decoder_only", False):
         return state, inputs
     if bos_id is None:
         raise ValueError("bos_id: expected the BOS token id for an encoder-decoder model, got None")
+    V = _vocab_size(model)
+    if V is not None and not 0 <= bos_id < V:  # decode_next does not check ids: the models' own tokens are valid
+        raise ValueError(f"bos_id: expected an id in [0, {V - 1}] (the target vocabulary), got {bos_id}")
     return state, torch.full((inputs.shape[0], 1), bos_id, dtype=torch.long, device=inputs.device)
 
 
@@ -61,7 +87,7 @@ def _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache,
           pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     if max_len < 1:
         raise ValueError(f"max_len: expected >= 1, got {max_len}")
-    state, ys = _start(model, inputs, bos_id)
+    state, ys = _start(model, inputs, bos_id)  # ys on the model's device
     start = ys.shape[1]
     finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=ys.device)
     for _ in range(max_len):
@@ -70,9 +96,9 @@ def _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache,
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
         if eos_id is not None:
             finished |= nxt == eos_id
-            if bool(finished.all()):
+            if bool(finished.all()):  # the one synchronisation per step: stop when every sequence is done
                 break
-    return ys[:, start:]
+    return ys[:, start:].to(inputs.device)
 
 
 @torch.no_grad()
@@ -111,7 +137,11 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
         temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
         top_k: sample only among the ``top_k`` most probable tokens (default: all of them).
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
-        generator: a ``torch.Generator``, for reproducible samples.
+        generator: a ``torch.Generator``, for reproducible samples. Tokens are drawn on the
+            generator's device: a CPU generator gives the same samples for a model on the GPU as on
+            the CPU (up to the two devices' rounding of the probabilities), at the cost of copying
+            the probabilities ``(B, V)`` to the CPU at every step; a generator on the model's device
+            avoids the copy.
         use_cache: reuse keys and values of earlier positions (same result, less work).
 
     Returns:
@@ -128,7 +158,9 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
         if top_k is not None:
             kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
-        return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
+        probs = torch.softmax(logits, -1)  # (B, V)
+        where = probs.device if generator is None else generator.device
+        return torch.multinomial(probs.to(where), 1, generator=generator)[:, 0].to(probs.device)  # (B,)
 
     return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, pick)
 
@@ -173,9 +205,10 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     for _ in range(max_len):
         logp = F.log_softmax(model.decode_next(ys, state, use_cache).float(), dim=-1)  # (B*K, V)
         V = logp.shape[-1]
-        # A finished hypothesis can only be extended by padding, at no cost.
-        logp[finished] = float("-inf")
-        logp[finished, pad_id] = 0.0
+        # A finished hypothesis can only be extended by padding, at no cost. (masked_fill and where,
+        # not boolean indexing, which would wait for the GPU to count the finished rows.)
+        logp = logp.masked_fill(finished[:, None], float("-inf"))
+        logp[:, pad_id] = torch.where(finished, 0.0, logp[:, pad_id])
         cand = (scores.reshape(-1, 1) + logp).reshape(B, K * V)
         scores, idx = cand.topk(K, dim=-1)  # (B, K)
         beam, tok = idx // V, idx % V
@@ -192,4 +225,4 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     if length_penalty:
         scores = scores / ((5.0 + lengths.reshape(B, K)) / 6.0) ** length_penalty
     best = torch.arange(B, device=device) * K + scores.argmax(dim=-1)
-    return ys[best, start:]
+    return ys[best, start:].to(inputs.device)

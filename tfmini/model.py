@@ -83,6 +83,11 @@ class TokenEmbedding(nn.Module):
         vocab_size: number of token ids.
         d_model: width ``D`` of the embeddings.
 
+    ``forward(ids, name="ids", check_range=True)`` always checks the ids' shape and dtype (metadata
+    only); ``check_range`` also checks that they lie in ``[0, vocab_size)``, which reads them (a
+    synchronisation on a GPU). The models check the range once at their entry points and pass
+    ``check_range=False`` here, so that decoding token by token never waits for the GPU.
+
     Shape: ids ``(B, T)`` -> ``(B, T, D)``.
     """
 
@@ -92,8 +97,8 @@ class TokenEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
         self.scale = math.sqrt(d_model)
 
-    def forward(self, ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
-        check_token_ids(ids, self.embedding.num_embeddings, name)
+    def forward(self, ids: torch.Tensor, name: str = "ids", check_range: bool = True) -> torch.Tensor:
+        check_token_ids(ids, self.embedding.num_embeddings, name, check_range)
         return self.embedding(ids) * self.scale
 
 
@@ -121,6 +126,9 @@ class Encoder(nn.Module):
     Args:
         cfg: the model's :class:`TransformerConfig`.
 
+    ``forward(src, need_weights=False, check_range=True)``: ``check_range=False`` skips the check
+    that the ids are in the vocabulary (see :class:`TokenEmbedding`), for callers that made it.
+
     Shape: src ``(B, S)`` -> memory ``(B, S, D)`` and a list of per-layer self-attention weights
     ``(B, H, S, S)`` (empty unless ``need_weights``).
     """
@@ -133,9 +141,9 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.num_encoder_layers))
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
-    def forward(self, src: torch.Tensor, need_weights: bool = False):
+    def forward(self, src: torch.Tensor, need_weights: bool = False, check_range: bool = True):
         mask = attention_mask(key_padding=src != self.cfg.pad_id)  # (B, 1, 1, S)
-        x = self.pos(self.embed(src, "src"))
+        x = self.pos(self.embed(src, "src", check_range))
         weights = []
         for layer in self.layers:
             x, w = layer(x, mask, need_weights)
@@ -152,6 +160,10 @@ class Decoder(nn.Module):
     Args:
         cfg: the model's :class:`TransformerConfig`.
         cross_attention: False leaves out cross-attention (a decoder-only model).
+
+    ``forward(tgt, memory=None, memory_pad=None, cache=None, need_weights=False, check_range=True)``:
+    ``check_range=False`` skips the check that the ids are in the vocabulary (see
+    :class:`TokenEmbedding`); the models' ``decode_next`` does, since the tokens come from the model.
 
     Shape: tgt ``(B, T)``, memory ``(B, S, D)``, memory_pad bool ``(B, S)`` (True = real token)
     -> logits ``(B, T, V)`` and a list of per-layer weight dicts (see ``DecoderLayer``).
@@ -175,9 +187,9 @@ class Decoder(nn.Module):
 
     def forward(self, tgt: torch.Tensor, memory: Optional[torch.Tensor] = None,
                 memory_pad: Optional[torch.Tensor] = None, cache: Optional[List[dict]] = None,
-                need_weights: bool = False):
+                need_weights: bool = False, check_range: bool = True):
         offset = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
-        x = self.pos(self.embed(tgt, "tgt"), offset=offset)
+        x = self.pos(self.embed(tgt, "tgt", check_range), offset=offset)
         memory_mask = attention_mask(key_padding=memory_pad) if memory_pad is not None else None
         weights = []
         for i, layer in enumerate(self.layers):
@@ -218,25 +230,28 @@ class Transformer(nn.Module):
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"tgt: expected batch size {src.shape[0]} as in src, got {tgt.shape[0]} "
                              f"(src {tuple(src.shape)}, tgt {tuple(tgt.shape)})")
-        memory, enc_w = self.encoder(src, need_weights)
-        logits, dec_w = self.decoder(tgt, memory, src != self.cfg.pad_id, need_weights=need_weights)
+        memory, enc_w = self.encoder(src, need_weights, check_range=False)  # ids checked above, once
+        logits, dec_w = self.decoder(tgt, memory, src != self.cfg.pad_id, need_weights=need_weights, check_range=False)
         if not need_weights:
             return logits
         return logits, {"encoder": enc_w, "decoder": [w["self"] for w in dec_w], "cross": [w["cross"] for w in dec_w]}
 
     def start_decoding(self, src: torch.Tensor) -> dict:
         _check_ids(src, self.cfg, self.cfg.source_vocab_size, "src")
-        memory, memory_pad = self.encode(src)
-        return {"memory": memory, "memory_pad": memory_pad, "cache": self.decoder.new_cache()}
+        memory, _ = self.encoder(src, check_range=False)  # ids checked above, once
+        return {"memory": memory, "memory_pad": src != self.cfg.pad_id, "cache": self.decoder.new_cache()}
 
     def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
-        """Logits ``(B, V)`` for the token after the prefix ``ys (B, t)``."""
+        """Logits ``(B, V)`` for the token after the prefix ``ys (B, t)``.
+
+        Called once per generated token, it checks the shape and dtype of ``ys`` but not that its ids
+        are in the vocabulary (they are BOS and the model's own predictions): no GPU synchronisation."""
         if use_cache:
             cache = state["cache"]
             done = cache[0]["k"].shape[2] if "k" in cache[0] else 0
-            logits, _ = self.decoder(ys[:, done:], state["memory"], state["memory_pad"], cache=cache)
+            logits, _ = self.decoder(ys[:, done:], state["memory"], state["memory_pad"], cache=cache, check_range=False)
         else:
-            logits, _ = self.decoder(ys, state["memory"], state["memory_pad"])
+            logits, _ = self.decoder(ys, state["memory"], state["memory_pad"], check_range=False)
         return logits[:, -1]
 
 
@@ -259,7 +274,7 @@ class DecoderOnlyLM(nn.Module):
 
     def forward(self, ids: torch.Tensor, need_weights: bool = False):
         _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
-        logits, w = self.decoder(ids, need_weights=need_weights)
+        logits, w = self.decoder(ids, need_weights=need_weights, check_range=False)  # ids checked above, once
         return (logits, [x["self"] for x in w]) if need_weights else logits
 
     def start_decoding(self, prompt: Optional[torch.Tensor] = None) -> dict:
@@ -268,13 +283,16 @@ class DecoderOnlyLM(nn.Module):
         return {"cache": self.decoder.new_cache()}
 
     def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
-        """Logits ``(B, V)`` for the token after ``ys (B, t)``."""
+        """Logits ``(B, V)`` for the token after ``ys (B, t)``.
+
+        Like :meth:`Transformer.decode_next`, it does not check that the ids of ``ys`` are in the
+        vocabulary (the prompt was checked by :meth:`start_decoding`, the rest are the model's own)."""
         if use_cache:
             cache = state["cache"]
             done = cache[0]["k"].shape[2] if "k" in cache[0] else 0
-            logits, _ = self.decoder(ys[:, done:], cache=cache)
+            logits, _ = self.decoder(ys[:, done:], cache=cache, check_range=False)
         else:
-            logits, _ = self.decoder(ys)
+            logits, _ = self.decoder(ys, check_range=False)
         return logits[:, -1]
 
 
@@ -310,7 +328,7 @@ class EncoderOnlyLM(nn.Module):
         """The encoder's output, one contextual vector per token: ids ``(B, T)`` -> ``(B, T, D)``
         (and the per-layer weights with ``need_weights=True``)."""
         _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
-        z, w = self.encoder(ids, need_weights)  # (B, T, D)
+        z, w = self.encoder(ids, need_weights, check_range=False)  # (B, T, D); ids checked above, once
         return (z, w) if need_weights else z
 
     def forward(self, ids: torch.Tensor, need_weights: bool = False):

@@ -1,12 +1,14 @@
 """Plots: attention heatmaps (one, or a grid over layers and heads), the positional-encoding table,
 and training curves. Every function takes tensors or a :class:`~tfmini.train.History`, draws on a
 Matplotlib axes (a new figure if none is given) and returns the axes or the figure.
+
+``matplotlib.pyplot`` is imported only when a function draws a new figure, so that ``import tfmini``
+never imports it (pyplot picks a backend and, on some systems, starts a GUI toolkit).
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import matplotlib.pyplot as plt
 import torch
 
 __all__ = ["plot_attention", "plot_attention_grid", "plot_positional_encoding", "plot_history"]
@@ -17,6 +19,13 @@ def _as_2d(weights) -> torch.Tensor:
     if w.dim() != 2:
         raise ValueError(f"weights: expected shape (T, S), got {tuple(w.shape)}")
     return w
+
+
+def _pyplot():
+    """``matplotlib.pyplot``, imported on first use."""
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_attention(weights, x_labels: Optional[Sequence[str]] = None, y_labels: Optional[Sequence[str]] = None,
@@ -37,7 +46,7 @@ def plot_attention(weights, x_labels: Optional[Sequence[str]] = None, y_labels: 
     """
     w = _as_2d(weights)
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(3.0, 0.3 * w.shape[1] + 1.5), max(2.5, 0.3 * w.shape[0] + 1.0)))
+        _, ax = _pyplot().subplots(figsize=(max(3.0, 0.3 * w.shape[1] + 1.5), max(2.5, 0.3 * w.shape[0] + 1.0)))
     im = ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     for labels, n, set_ticks, set_labels, rot in ((x_labels, w.shape[1], ax.set_xticks, ax.set_xticklabels, 90),
                                                   (y_labels, w.shape[0], ax.set_yticks, ax.set_yticklabels, 0)):
@@ -71,7 +80,7 @@ def plot_attention_grid(weights, x_labels=None, y_labels=None, title: str = "Att
     if w.dim() != 4:
         raise ValueError(f"weights: expected shape (L, H, T, S), got {tuple(w.shape)}")
     L, H = w.shape[:2]
-    fig, axes = plt.subplots(L, H, figsize=(2.6 * H + 0.5, 2.4 * L + 0.6), squeeze=False)
+    fig, axes = _pyplot().subplots(L, H, figsize=(2.6 * H + 0.5, 2.4 * L + 0.6), squeeze=False)
     for i in range(L):
         for j in range(H):
             ax = axes[i][j]
@@ -99,7 +108,7 @@ def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal positional en
     """
     pe = _as_2d(pe)
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
+        _, ax = _pyplot().subplots(figsize=(7, 4))
     im = ax.imshow(pe.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
     ax.set_title(title)
     ax.set_xlabel("dimension k")
@@ -127,7 +136,7 @@ def plot_history(history, metric: Optional[str] = None, ax=None, title: str = "T
     if x not in ("step", "time"):
         raise ValueError(f"x: expected 'step' or 'time', got {x!r}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3))
+        _, ax = _pyplot().subplots(figsize=(5, 3))
     if metric is None:
         ax.plot(history.step if x == "step" else history.time, history.loss, label=label)
         ax.set_ylabel("training loss")

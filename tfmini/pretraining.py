@@ -129,7 +129,9 @@ def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, mask_prob: flo
         mask_prob: share of each sequence's ordinary tokens to choose.
         replace_prob, random_prob: shares of the chosen tokens shown as ``mask_id`` and as a random token.
         special_ids: ids never chosen nor drawn (default: :class:`~tfmini.data.Vocab`'s pad, BOS, EOS and UNK).
-        generator: makes the draw reproducible.
+        generator: makes the draw reproducible. The random numbers are drawn on the generator's device
+            and moved to the device of ``ids``, so a CPU generator gives the same corruption for ids on
+            a GPU as for the same ids on the CPU.
 
     Shape: ids ``(B, T)`` -> inputs ``(B, T)``, labels ``(B, T)``.
 
@@ -154,13 +156,14 @@ def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, mask_prob: flo
     for i in excluded:
         candidate &= ids != i
     k = (candidate.sum(dim=1).double() * mask_prob).round().clamp(min=1)  # (B,) positions to choose per sequence
-    score = torch.rand(ids.shape, generator=generator, device=ids.device).masked_fill(~candidate, 2.0)
+    where = ids.device if generator is None else generator.device  # draw there, use on ids.device
+    score = torch.rand(ids.shape, generator=generator, device=where).to(ids.device).masked_fill(~candidate, 2.0)
     rank = score.argsort(dim=1).argsort(dim=1)  # (B, T) rank of each position's score in its row
     chosen = (rank < k[:, None]) & candidate
-    u = torch.rand(ids.shape, generator=generator, device=ids.device)  # (B, T) which corruption
+    u = torch.rand(ids.shape, generator=generator, device=where).to(ids.device)  # (B, T) which corruption
     inputs = torch.where(chosen & (u < replace_prob), mask_id, ids)
     if random_prob > 0:
-        pick = torch.randint(len(ordinary), ids.shape, generator=generator, device=ids.device)
+        pick = torch.randint(len(ordinary), ids.shape, generator=generator, device=where).to(ids.device)  # (B, T)
         swap = chosen & (u >= replace_prob) & (u < replace_prob + random_prob)
         inputs = torch.where(swap, ordinary[pick], inputs)
     labels = torch.where(chosen, ids, IGNORE_INDEX)
@@ -184,7 +187,7 @@ def masked_lm_loss(model: nn.Module, ids: torch.Tensor, *, mask_id: int, vocab_s
         mask_id: id of the mask token.
         vocab_size: defaults to ``model.cfg.vocab_size`` (of ``model.module`` when ``model`` is a
             wrapper such as the ``DistributedDataParallel`` that :func:`~tfmini.train.fit` uses under ``torchrun``).
-        generator: makes the masking reproducible.
+        generator: makes the masking reproducible (on any device: see :func:`mask_tokens`).
         **mask_kwargs: ``mask_prob``, ``replace_prob``, ``random_prob``, ``special_ids`` of :func:`mask_tokens`.
 
     Returns:

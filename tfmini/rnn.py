@@ -99,10 +99,10 @@ class _RNNSeq2SeqBase(nn.Module):
 
     def _encode(self, src: torch.Tensor):
         """src ``(B, S)`` -> outputs ``(B, S, Hd)`` (zeros at padding) and the last real state ``(h, c)``."""
-        lengths = (src != self.pad_id).sum(dim=1)
+        lengths = (src != self.pad_id).sum(dim=1).cpu()  # (B,) packing needs them on the CPU: one copy, checked there
         if bool((lengths == 0).any()):
             raise ValueError(f"src: expected every sequence to have at least one non-pad token, got lengths {lengths.tolist()}")
-        packed = pack_padded_sequence(self.src_embed(src), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(self.src_embed(src), lengths, batch_first=True, enforce_sorted=False)
         out, (h, c) = self.encoder(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, Hd)
         return out, (h[0], c[0])  # (B, Hd) each

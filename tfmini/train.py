@@ -345,6 +345,8 @@ def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_k
     re-using chapter 1's baseline) can share one training run. The checkpoint is keyed by the
     architecture, the initial weights, the data, every training argument and tfmini's source code,
     so any change retrains. The returned history has ``loaded=True`` when it came from disk.
+    Checkpoints hold CPU tensors and load on any device: a model trained on a GPU loads on a CPU-only
+    machine and vice versa, and is moved to ``device`` (default: :func:`default_device`).
 
     Returns:
         the :class:`History` of the training run, trained now or loaded.
@@ -362,7 +364,7 @@ def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_k
     cache = Path(cache_dir or os.environ.get("TFMINI_CACHE") or Path.home() / ".cache" / "tfmini")
     path = cache / f"{name}-{_fingerprint(model, batches, fit_kwargs)}.pt"
     if path.exists():
-        saved = torch.load(path, weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True)  # saved anywhere, loaded on any machine
         model.load_state_dict(saved["state_dict"])
         device = fit_kwargs.get("device")
         model.to(torch.device(device) if device is not None else default_device()).eval()

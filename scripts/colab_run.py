@@ -1,0 +1,199 @@
+"""Run every chapter the way Google Colab runs it: alone, in a fresh runtime, installing tfmini itself.
+
+    python scripts/colab_run.py                     # every colab/*.ipynb (chapters/*.ipynb if no colab/)
+    python scripts/colab_run.py colab/03_x.ipynb    # only the given notebooks
+
+What a reader who opens a chapter in Colab has, and what this script recreates locally:
+
+- a fresh runtime with its own Python packages: torch, numpy, matplotlib, ipykernel, pip and git, but
+  neither tfmini nor einops. Here: ``.venv-colab/`` in the repository root (git-ignored; built once, a
+  stamp file skips the install after that), with the newest torch on this machine that is *not*
+  requirements.txt's pin (``TORCH`` below), so a chapter that only works with the pinned torch fails.
+  Each notebook's kernel runs in a new empty venv that sees .venv-colab's packages through a .pth
+  file and installs into itself, so nothing one notebook installs is there for the next one;
+- ``google.colab`` in ``sys.modules``, so the setup cell's ``%pip install "tfmini @ git+<repo>@main"``
+  runs: an IPython startup file of the kernel only (IPYTHONDIR) registers a stand-in module;
+- the course repository on GitHub: git rewrites that URL (GIT_CONFIG_* variables of the kernel) to a
+  temporary bare repository whose ``main`` is the current working tree's tracked files (``git stash
+  create``), so pip builds tfmini from what is checked out here and nothing leaves the machine;
+- only the notebook file: each one runs alone in an empty temporary folder, with an empty checkpoint
+  folder (TFMINI_CACHE), top to bottom, 600 s per cell, errors fatal except in cells tagged
+  ``raises-exception``. A last added cell checks that tfmini came from pip's install into that
+  notebook's venv and torch is ``TORCH``. Outputs are thrown away; nothing in the repository is written.
+
+Prints one line per notebook and a summary; exits 1 if any notebook failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from pathlib import Path
+
+import nbformat
+import yaml
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from traitlets import Unicode
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv-colab"
+PYTHON, STAMP = VENV / "bin" / "python", VENV / ".colab-stamp"
+# The newest torch on this machine's package mirror (/etc/xdg/pip/constraints.txt caps it at 2.14.1)
+# that differs from requirements.txt's pin (2.13.0): Colab ships its own torch, never our pin, and the
+# chapters must not depend on it. A CUDA build (it runs on the CPU here). Override: TFMINI_COLAB_TORCH.
+TORCH = os.environ.get("TFMINI_COLAB_TORCH", "2.14.1")
+PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip"]
+CELL_TIMEOUT_S = 600
+KERNEL_NAME = "colab"
+
+# Kernel startup file: what makes `"google.colab" in sys.modules` true, as on Colab.
+FAKE_COLAB = """\
+import sys as _sys, types as _types
+try:
+    import google as _google  # a namespace package when e.g. protobuf is installed
+except ImportError:
+    _google = _sys.modules["google"] = _types.ModuleType("google")
+_sys.modules["google.colab"] = _google.colab = _types.ModuleType("google.colab")
+del _sys, _types, _google
+"""
+CHECK = f"""\
+import sys, tfmini, torch
+assert tfmini.__file__.startswith(sys.prefix) and "site-packages" in tfmini.__file__, tfmini.__file__
+assert torch.__version__.split("+")[0] == {TORCH!r}, torch.__version__
+"""
+
+
+class ColabClient(NotebookClient):
+    """A notebook client whose kernel is the Colab environment's Python (kernelspec KERNEL_NAME)."""
+
+    kernel_dir = Unicode("", help="folder holding the kernelspec KERNEL_NAME").tag(config=True)
+
+    def create_kernel_manager(self) -> AsyncKernelManager:
+        specs = KernelSpecManager(kernel_dirs=[self.kernel_dir])
+        self.km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs, config=self.config)
+        return self.km
+
+
+def run(*cmd: str | Path, cwd: Path = ROOT) -> str:
+    """Run a command quietly; on failure, show its output and stop."""
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, text=True, capture_output=True)
+    if done.returncode:
+        sys.exit(f"{done.stdout}{done.stderr}colab: `{' '.join(map(str, cmd))}` failed (exit {done.returncode})")
+    return done.stdout
+
+
+def ensure_venv() -> None:
+    """Create .venv-colab with the packages a Colab runtime has, unless its stamp says it is current."""
+    stamp = hashlib.sha256(json.dumps([PREINSTALLED, sys.version]).encode()).hexdigest()
+    if PYTHON.exists() and STAMP.exists() and STAMP.read_text().strip() == stamp:
+        return
+    print(f"colab: creating {VENV.name} with {' '.join(PREINSTALLED)} (takes minutes)", flush=True)
+    start = time.perf_counter()
+    venv.EnvBuilder(clear=True, with_pip=True).create(VENV)
+    run(PYTHON, "-m", "pip", "install", "-q", "--upgrade", *PREINSTALLED)
+    STAMP.write_text(stamp + "\n")
+    print(f"colab: {VENV.name} installed in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def local_github(tmp: Path) -> dict[str, str]:
+    """Git settings that serve the course repository's URL from a bare copy of the working tree."""
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    commit = run("git", "stash", "create").strip() or run("git", "rev-parse", "HEAD").strip()
+    bare = tmp / "tfmini.git"
+    run("git", "init", "-q", "--bare", f"--initial-branch={repo['branch']}", bare)
+    run("git", "push", "-q", bare, f"{commit}:refs/heads/{repo['branch']}")
+    url = repo["url"].rstrip("/")
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{bare.as_uri()}.insteadOf", "GIT_CONFIG_VALUE_0": url}
+
+
+def shared_env(tmp: Path) -> dict[str, str]:
+    """The kernels' environment: this process's without the course venv, plus the Colab stand-ins."""
+    (tmp / "ipython" / "profile_default" / "startup").mkdir(parents=True)
+    (tmp / "ipython" / "profile_default" / "startup" / "00-colab.py").write_text(FAKE_COLAB)
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "VIRTUAL_ENV", "PYTHONPATH")}
+    course_bin = Path(os.environ["VIRTUAL_ENV"], "bin") if "VIRTUAL_ENV" in os.environ else None
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if Path(p) != course_bin]
+    env.update(local_github(tmp), PATH=os.pathsep.join(path), IPYTHONDIR=str(tmp / "ipython"),
+               MPLCONFIGDIR=str(tmp / "matplotlib"), PYTHONHASHSEED="0",
+               PIP_CACHE_DIR=str(VENV / ".pip-cache"))  # kept between notebooks and runs: wheels only
+    return env
+
+
+def fresh_runtime(root: Path) -> Path:
+    """A new venv under `root` that sees .venv-colab's packages (a .pth file) but installs into itself,
+    so that what one notebook's %pip installs never reaches the next; its kernelspec. Returns its bin/."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root / "venv")
+    base = next((VENV / "lib").glob("python3*/site-packages"))
+    site = next((root / "venv" / "lib").glob("python3*/site-packages"))
+    (site / "colab-base.pth").write_text(f"import site; site.addsitedir({str(base)!r})\n")
+    bin_dir = root / "venv" / "bin"
+    (bin_dir / "pip").write_text('#!/bin/sh\nexec "$(dirname "$0")/python" -m pip "$@"\n')
+    (bin_dir / "pip").chmod(0o755)
+    argv = [str(bin_dir / "python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec := root / "kernels" / KERNEL_NAME / "kernel.json").parent.mkdir(parents=True)
+    spec.write_text(json.dumps({"argv": argv, "display_name": "Colab stand-in", "language": "python"}))
+    return bin_dir
+
+
+def run_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, float, str]:
+    """Execute a copy of `path` alone in an empty folder, in a fresh runtime with an empty TFMINI_CACHE
+    (a Colab reader has no checkpoints yet); returns (ok, seconds, error)."""
+    root = Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=tmp))
+    bin_dir = fresh_runtime(root)
+    (root / "content").mkdir()  # Colab's working directory, with nothing but the notebook
+    shutil.copyfile(path, root / "content" / path.name)
+    nb = nbformat.read(root / "content" / path.name, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(CHECK))
+    client = ColabClient(nb, timeout=CELL_TIMEOUT_S, allow_errors=False, record_timing=False, kernel_name=KERNEL_NAME,
+                         kernel_dir=str(root / "kernels"), resources={"metadata": {"path": str(root / "content")}})
+    current = [0]
+    client.on_cell_execute = lambda cell, cell_index: current.__setitem__(0, cell_index)
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "TFMINI_CACHE": str(root / "cache")}
+    start = time.perf_counter()
+    try:
+        client.execute(env=env)
+    except Exception as error:  # noqa: BLE001  (CellExecutionError, DeadKernelError, timeouts: all fail)
+        errors = [out for out in nb.cells[current[0]].get("outputs", []) if out.output_type == "error"]
+        message = f"{errors[-1].ename}: {errors[-1].evalue}" if errors else f"{type(error).__name__}: {error}"
+        return False, time.perf_counter() - start, f"cell #{current[0]}: {message.splitlines()[0]}"
+    return True, time.perf_counter() - start, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: colab/*.ipynb, else chapters/*.ipynb")
+    folder = ROOT / "colab" if (ROOT / "colab").is_dir() else ROOT / "chapters"
+    notebooks = [p.resolve() for p in parser.parse_args(argv).notebooks] or sorted(folder.glob("*.ipynb"))
+    if missing := [str(p) for p in notebooks if not p.is_file()]:
+        parser.error(f"no such notebook: {', '.join(missing)}")
+    if not notebooks:
+        print(f"colab: no notebooks in {folder.relative_to(ROOT)}/")
+        return 0
+
+    ensure_venv()
+    print(f"colab: each notebook in a new venv over {VENV.name} (torch {TORCH})", flush=True)
+    start, failed = time.perf_counter(), 0
+    with tempfile.TemporaryDirectory(prefix="tfmini-colab-") as name:
+        env = shared_env(Path(name))
+        for path in notebooks:
+            ok, seconds, error = run_notebook(path, env, Path(name))
+            failed += not ok
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            print(f"colab: {str(shown):45} {seconds:7.1f} s  {'ok' if ok else 'FAILED  ' + error}", flush=True)
+    total = time.perf_counter() - start
+    print(f"colab: {len(notebooks) - failed} of {len(notebooks)} notebook(s) passed in {total:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

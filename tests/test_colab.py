@@ -1,0 +1,106 @@
+"""The Colab copies of the chapters (colab/, written by scripts/colab.py): up to date, free of MyST, with
+the chapters' code; and the converter's rendering of each MyST construct."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import colab  # noqa: E402  (scripts/colab.py)
+
+SITE = colab.book().site
+COPIES = sorted((ROOT / colab.COLAB).glob("*.ipynb"))
+GLUE = {"n_params": {"text/plain": "'169,216'"}, "ratio": {"text/plain": "0.1234"}}
+
+
+def convert(markdown: str) -> str:
+    return colab.Page("chapters/00_quick_tour.ipynb", GLUE).convert(markdown)
+
+
+def test_regenerating_changes_nothing():
+    problems = colab.differences()
+    assert not problems, f"colab/ is not up to date, run python scripts/colab.py: {problems}"
+
+
+@pytest.mark.parametrize("path", COPIES, ids=[p.name for p in COPIES])
+def test_no_myst_left(path):
+    nb = nbformat.read(path, as_version=4)
+    for number, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            assert not colab.leftover_myst(cell.source), f"{path.name}, cell {number}"
+
+
+@pytest.mark.parametrize("chapter", colab.runtimes.toc_chapters(), ids=lambda p: p.name)
+def test_code_cells_are_the_chapters(chapter):
+    def code(path: Path) -> list[tuple]:
+        nb = nbformat.read(path, as_version=4)
+        return [(c.source, c.outputs, c.execution_count) for c in nb.cells if c.cell_type == "code"]
+
+    assert code(ROOT / colab.COLAB / chapter.name) == code(chapter), (
+        f"colab/{chapter.name}: code cells differ from the chapter's, run python scripts/colab.py")
+
+
+@pytest.mark.parametrize("markdown, expected", [
+    ("{glue:text}`n_params` parameters", "169,216 parameters"),
+    ("{glue:text}`ratio:.1%`", "12.3%"),
+    ("{cite:t}`graves2012sequence`", f"[Graves (2012)]({SITE}appendix/bibliography.html#cite-graves2012sequence)"),
+    ("{cite:t}`hochreiter1997long`",
+     f"[Hochreiter and Schmidhuber (1997)]({SITE}appendix/bibliography.html#cite-hochreiter1997long)"),
+    ("{cite:t}`bahdanau2015neural`",
+     f"[Bahdanau et al. (2015)]({SITE}appendix/bibliography.html#cite-bahdanau2015neural)"),
+    ("{cite:p}`press2017using, he2016deep`", f"([Press and Wolf, 2017]({SITE}appendix/bibliography.html"
+     f"#cite-press2017using); [He et al., 2016]({SITE}appendix/bibliography.html#cite-he2016deep))"),
+    ("{cite}`ba2016layer`", f"([Ba et al., 2016]({SITE}appendix/bibliography.html#cite-ba2016layer))"),
+    ("{py:func}`tfmini.masks.causal_mask`",
+     f"[`tfmini.masks.causal_mask()`]({SITE}appendix/api.html#tfmini.masks.causal_mask)"),
+    ("{py:func}`~tfmini.causal_mask`", f"[`causal_mask()`]({SITE}appendix/api.html#tfmini.masks.causal_mask)"),
+    ("{py:class}`tfmini.MultiHeadAttention`",
+     f"[`tfmini.MultiHeadAttention`]({SITE}appendix/api.html#tfmini.attention.MultiHeadAttention)"),
+    ("{py:meth}`~tfmini.attention.MultiHeadAttention.attend`",
+     f"[`attend()`]({SITE}appendix/api.html#tfmini.attention.MultiHeadAttention.attend)"),
+    ("{py:data}`~tfmini.pretraining.IGNORE_INDEX`",
+     f"[`IGNORE_INDEX`]({SITE}appendix/api.html#tfmini.pretraining.IGNORE_INDEX)"),
+    ("{doc}`../appendix/api`", f"[The tfmini API]({SITE}appendix/api.html)"),
+    ("{doc}`the notation <../appendix/notation>`", f"[the notation]({SITE}appendix/notation.html)"),
+    ("{term}`KV cache`", f"[KV cache]({SITE}appendix/glossary.html#term-KV-cache)"),
+    ("{term}`values <value>`", f"[values]({SITE}appendix/glossary.html#term-value)"),
+    ("see [chapter 2](02_bahdanau_attention.ipynb#the-model)",
+     f"see [chapter 2]({SITE}chapters/02_bahdanau_attention.html#the-model)"),
+    ("(sec-x)=\n## Title\n% a comment\ntext", "## Title\ntext"),
+    ("$$\nx = 1\n$$ (eq-x)", "$$\nx = 1\n$$"),
+    ("$\\mathrm{softmax}(x)_{ij}$ and ``{cite}`key` `` stay", "$\\mathrm{softmax}(x)_{ij}$ and ``{cite}`key` `` stay"),
+    ("```python\n%pip install x\n{cite}`key`\n```", "```python\n%pip install x\n{cite}`key`\n```"),
+    ("```{admonition} Notation in the lectures\n:class: note\nThe $W_i$ of\n{cite:t}`graves2012sequence`.\n```",
+     f"> **Notation in the lectures**\n>\n> The $W_i$ of\n> [Graves (2012)]({SITE}appendix/bibliography.html"
+     "#cite-graves2012sequence)."),
+    (":::{warning}\nCareful.\n:::", "> **Warning**\n>\n> Careful."),
+    ("```{figure} ../images/learning_path.svg\n:alt: The path\n\nThe chapters.\n```",
+     f"![The path]({colab.book().raw}images/learning_path.svg)\n\n*The chapters.*"),
+])
+def test_converter(markdown, expected):
+    assert convert(markdown) == expected
+    assert not colab.leftover_myst(convert(markdown))
+
+
+@pytest.mark.parametrize("markdown, error", [
+    ("{glue:text}`missing`", "no value glued under the name 'missing'"),
+    ("{cite:t}`nobody2099`", "no reference 'nobody2099'"),
+    ("{term}`no such term`", "no term 'no such term'"),
+    ("{py:func}`torch.softmax`", "not on the API page"),
+    ("{ref}`sec-x`", "no plain-Markdown form for the role"),
+    ("```{tabbed} A\nx\n```", "no plain-Markdown form for the directive"),
+])
+def test_converter_rejects_what_it_cannot_resolve(markdown, error):
+    with pytest.raises(ValueError, match=error) as raised:
+        convert(markdown)
+    assert "chapters/00_quick_tour.ipynb" in str(raised.value)
+
+
+def test_leftover_myst_is_found():
+    text = "{cite:p}`x` and $\\mathrm{softmax}$\n```{note}\nhi\n```\n(label)=\n```python\n{cite}`y`\n```"
+    assert colab.leftover_myst(text) == ["{cite:p}`x`", "```{note}", "(label)="]
