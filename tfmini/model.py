@@ -237,6 +237,8 @@ class Transformer(nn.Module):
         return logits, {"encoder": enc_w, "decoder": [w["self"] for w in dec_w], "cross": [w["cross"] for w in dec_w]}
 
     def start_decoding(self, src: torch.Tensor) -> dict:
+        """Encode ``src (B, S)`` once: the state holds its memory, its padding mask and an empty KV
+        cache per decoder layer, for :meth:`decode_next`."""
         _check_ids(src, self.cfg, self.cfg.source_vocab_size, "src")
         memory, _ = self.encoder(src, check_range=False)  # ids checked above, once
         return {"memory": memory, "memory_pad": src != self.cfg.pad_id, "cache": self.decoder.new_cache()}
@@ -278,6 +280,10 @@ class DecoderOnlyLM(nn.Module):
         return (logits, [x["self"] for x in w]) if need_weights else logits
 
     def start_decoding(self, prompt: Optional[torch.Tensor] = None) -> dict:
+        """A fresh decoding state ``{"cache": ...}`` with one empty KV cache per layer.
+
+        A ``prompt (B, t)``, if given, is only checked (dtype, shape, ids in the vocabulary); the
+        decoder reads it through :meth:`decode_next`."""
         if prompt is not None:
             _check_ids(prompt, self.cfg, self.cfg.vocab_size, "prompt")
         return {"cache": self.decoder.new_cache()}

@@ -115,6 +115,8 @@ class _RNNSeq2SeqBase(nn.Module):
                 raise ValueError(f"tgt: expected batch size {src.shape[0]} as in src, got {tgt.shape[0]}")
 
     def start_decoding(self, src: torch.Tensor) -> dict:
+        """Encode ``src (B, S)`` once and return the decoder's starting state for :meth:`decode_next`:
+        the encoder's final ``h`` and ``c``, and with attention also its projected features and keys."""
         self._check(src)
         return self._start(src)
 
