@@ -5,12 +5,16 @@
 
 Every line prints a ratio of two timings taken in this run on this machine, so the numbers are
 comparable across machines; absolute times are printed only for context. Ratios below 1 mean
-tfmini is faster. Targets: MultiHeadAttention <= 1.00, training step <= 1.05, KV-cache speed-up >= 3.
+tfmini is faster. Section 4 needs Hugging Face's tokenizers (pip install 'tfmini[hf]'). Targets: MultiHeadAttention <= 1.00, training step <= 1.05, KV-cache speed-up >= 3.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
+import os
+import random
 import statistics
 import time
 
@@ -151,6 +155,71 @@ def bench_kv_cache(n_tokens, repeats):
     return speedup
 
 
+def bench_tokenizer(vocab_size, repeats):
+    print(f"\n4. Byte-level BPE, vocab_size {vocab_size}: tfmini.BPETokenizer against Hugging Face's tokenizers, one thread each")
+    os.environ["RAYON_NUM_THREADS"] = "1"           # read when tokenizers starts its thread pool
+    try:
+        import tokenizers
+    except ImportError:
+        print("tokenizers is not installed (pip install 'tfmini[hf]'): skipped")
+        return None
+    from tokenizers import models, pre_tokenizers, trainers
+
+    text = tfmini.python_source_text()
+    cut = int(0.9 * len(text))
+    train_text, held_out = text[:cut], text[cut:]
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+
+    def train_hf():
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.train_from_iterator([train_text], trainer=trainers.BpeTrainer(
+            vocab_size=vocab_size, initial_alphabet=alphabet, special_tokens=[], show_progress=False))
+        return tok
+
+    made = {}
+    t = interleaved({"ours": lambda: made.__setitem__("ours", tfmini.BPETokenizer.train(train_text, vocab_size)),
+                     "hf": lambda: made.__setitem__("hf", train_hf())}, repeats, 1)
+    ours, hf = made["ours"], made["hf"]
+    print(f"training on {len(train_text.encode()) / 1e6:.2f} MB: tfmini {t['ours']:.2f} s, tokenizers {t['hf']:.2f} s | "
+          f"ratio {t['ours'] / t['hf']:.2f}")
+    u2b = {c: b for b, c in zip(range(256), _gpt2_byte_chars())}
+    hf_merges = [m.split(" ") if isinstance(m, str) else m for m in json.loads(hf.to_str())["model"]["merges"]]
+    hf_merges = {tuple(bytes(u2b[c] for c in part) for part in m) for m in hf_merges}
+    our_merges = {(ours.vocab[a], ours.vocab[b]) for a, b in ours.merges}
+    print(f"merges learned by both: {len(hf_merges & our_merges)} of {len(our_merges)}")
+    n_bytes = len(text.encode())
+    enc = {}
+    cold = interleaved({"ours": lambda: enc.__setitem__("ours", tfmini.BPETokenizer(ours.merges).encode(text)),
+                        "hf": lambda: enc.__setitem__("hf", hf.encode(text).tokens)}, repeats, 1)
+    warm = interleaved({"ours": lambda: ours.encode(text), "hf": lambda: hf.encode(text)}, repeats, 1)
+    for name, tt in (("first call (empty cache)", cold), ("again (chunks cached)", warm)):
+        print(f"encoding {n_bytes / 1e6:.2f} MB, {name}: tfmini {tt['ours']:.3f} s, tokenizers {tt['hf']:.3f} s | "
+              f"ratio {tt['ours'] / tt['hf']:.2f}")
+    rng = random.Random(0)                            # a text where almost no chunk repeats: the cache cannot help
+    fresh = " ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 12)))
+                     for _ in range(40_000))
+    t = interleaved({"ours": lambda: tfmini.BPETokenizer(ours.merges).encode(fresh), "hf": lambda: hf.encode(fresh)},
+                    repeats, 1)
+    print(f"encoding {len(fresh) / 1e6:.2f} MB of random letter-words (no repeats): tfmini {t['ours']:.3f} s, "
+          f"tokenizers {t['hf']:.3f} s | ratio {t['ours'] / t['hf']:.2f}")
+    held = len(held_out.encode())
+    print(f"held-out tokens per byte: tfmini {len(ours.encode(held_out)) / held:.4f}, "
+          f"tokenizers {len(hf.encode(held_out).ids) / held:.4f}")
+    ends = {name: set(itertools.accumulate(lengths)) for name, lengths in
+            (("ours", [len(ours.vocab[i]) for i in enc["ours"]]), ("hf", [len(bytes(u2b[c] for c in t)) for t in enc["hf"]]))}
+    print(f"whole text: {len(enc['ours']):,} tokens from tfmini, {len(enc['hf']):,} from tokenizers; "
+          f"token boundaries in common: {len(ends['ours'] & ends['hf']) / len(ends['ours'] | ends['hf']):.2%}")
+    return cold["ours"] / cold["hf"]
+
+
+def _gpt2_byte_chars():
+    """GPT-2's printable stand-in for each byte 0..255 (the alphabet of Hugging Face's ByteLevel)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repeats")
@@ -162,16 +231,20 @@ def main():
         mha = bench_mha(shapes, repeats=5, inner=3)
         train = bench_training(8, 32, 32, repeats=3, inner=2)
         kv = bench_kv_cache(64, repeats=1)
+        bpe = bench_tokenizer(512, repeats=1)
     else:
         shapes = [(32, 64, 128, 4, False), (16, 128, 256, 8, False), (8, 256, 256, 8, False),
                   (8, 256, 256, 8, True), (4, 512, 512, 8, True)]
         mha = bench_mha(shapes, repeats=15, inner=5)
         train = bench_training(32, 64, 64, repeats=10, inner=3)
         kv = bench_kv_cache(256, repeats=3)
+        bpe = bench_tokenizer(1024, repeats=3)
     print("\nsummary:")
     print(f"  MultiHeadAttention worst ratio {mha:.3f} (target <= 1.00): {'met' if mha <= 1.0 else 'NOT met'}")
     print(f"  training step ratio {train:.3f} (target <= 1.05): {'met' if train <= 1.05 else 'NOT met'}")
     print(f"  KV-cache speed-up {kv:.2f}x (target >= 3): {'met' if kv >= 3 else 'NOT met'}")
+    if bpe is not None:
+        print(f"  BPE encoding, first call, tfmini / tokenizers time {bpe:.2f} (reported; pure Python against Rust)")
 
 
 if __name__ == "__main__":

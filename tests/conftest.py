@@ -10,7 +10,12 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 from torch import nn
+
+# Property tests draw the same examples on every run and machine, and keep no database on disk.
+settings.register_profile("tfmini", derandomize=True, database=None)
+settings.load_profile("tfmini")
 
 # The models here are tiny: thread start-up and hand-over cost far more than the arithmetic,
 # and on a busy 2-core machine they dominate the run time. One thread also makes timings steadier.

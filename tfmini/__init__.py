@@ -2,7 +2,7 @@
 
 Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:`~tfmini.positional`,
 :mod:`~tfmini.layers`, :mod:`~tfmini.rnn`, :mod:`~tfmini.model`, :mod:`~tfmini.decoding`,
-:mod:`~tfmini.data`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
+:mod:`~tfmini.data`, :mod:`~tfmini.tokenizer`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
 """
 from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
                         masked_softmax, scaled_dot_product_attention)
@@ -15,6 +15,7 @@ from .model import Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, TokenEmbeddin
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding
 from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_tokens, masked_lm_loss,
                           python_source_text, train_val_split)
+from .tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer
 from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
 from .train import (History, batch_loss, default_device, evaluate, evaluate_by_length, fit, fit_or_load, sequence_accuracy, set_seed,
                     token_accuracy, transformer_lr, warmup_schedule)

@@ -1,0 +1,291 @@
+"""Tokens: a byte-level byte-pair-encoding (BPE) tokenizer, as GPT-2 builds its vocabulary.
+
+The base alphabet is the 256 byte values, so every string has an encoding and no token is ever
+unknown. A text is first cut into chunks (words with their leading space, runs of digits, runs of
+punctuation, runs of spaces) by :data:`GPT2_SPLIT_PATTERN`; merges never cross a chunk boundary.
+Training counts adjacent pairs of ids inside the chunks, weighted by how often each chunk occurs,
+and repeatedly replaces the most frequent pair by a new id (Sennrich et al., 2016; Radford et al.,
+2019). Encoding applies the learned merges by rank, lowest first; decoding concatenates the bytes.
+
+``id < 256`` is the byte ``id``; ``id = 256 + i`` is the ``i``-th merge. A tokenizer is its list of
+merges and its split pattern, nothing else.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import re
+import unicodedata
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+__all__ = ["BPETokenizer", "GPT2_SPLIT_PATTERN", "gpt2_split_regex", "merge_pair", "pair_counts"]
+
+GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+r"""GPT-2's pre-tokenization pattern (Radford et al., 2019), as GPT-2 writes it for the ``regex`` package.
+
+Python's :mod:`re` has no ``\p{L}`` (letters) or ``\p{N}`` (numbers), and its ``\s`` also matches
+four control characters (U+001C to U+001F) that Unicode does not count as white space. A tokenizer
+built with this pattern therefore compiles :func:`gpt2_split_regex`, the same pattern with the three
+classes spelled out from :mod:`unicodedata`, so it cuts text as GPT-2 does."""
+
+# Unicode's White_Space property: what \s means in the regex package and in Hugging Face's tokenizers.
+_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_GPT2_REGEX: Optional["re.Pattern"] = None
+
+
+def _category_class(first_letter: str) -> str:
+    """The body of a character class of every code point whose Unicode category starts with the letter."""
+    parts, start = [], None
+    for cp in range(0x110001):
+        inside = cp < 0x110000 and unicodedata.category(chr(cp))[0] == first_letter
+        if inside and start is None:
+            start = cp
+        elif not inside and start is not None:
+            a, b = (f"\\U{x:08x}" for x in (start, cp - 1))
+            parts.append(a if start == cp - 1 else f"{a}-{b}")
+            start = None
+    return "".join(parts)
+
+
+def gpt2_split_regex() -> "re.Pattern":
+    """:data:`GPT2_SPLIT_PATTERN` compiled for :mod:`re`.
+
+    Returns:
+        the compiled pattern, with ``\\p{L}``, ``\\p{N}`` and ``\\s`` spelled out as character
+        classes; built once, on first use, from this Python's :mod:`unicodedata`.
+    """
+    global _GPT2_REGEX
+    if _GPT2_REGEX is None:
+        L, N, S = _category_class("L"), _category_class("N"), _WHITE_SPACE
+        _GPT2_REGEX = re.compile(f"'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+")
+    return _GPT2_REGEX
+
+
+Pair = Tuple[int, int]
+
+
+def pair_counts(words: Dict[Tuple[int, ...], int]) -> Counter:
+    """How often each adjacent pair of ids occurs in a corpus of words.
+
+    Args:
+        words: each word as a tuple of ids, mapped to how many times it occurs.
+
+    Returns:
+        a :class:`~collections.Counter` of ``(a, b)`` pairs; a pair inside a word of count ``n``
+        counts ``n`` times, and ``(a, a)`` in ``a a a`` counts twice.
+    """
+    counts: Counter = Counter()
+    for ids, n in words.items():
+        for pair in zip(ids, ids[1:]):
+            counts[pair] += n
+    return counts
+
+
+def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> List[int]:
+    """Replace every occurrence of ``pair`` in ``ids``, scanning left to right, by ``new_id``.
+
+    Args:
+        ids: a sequence of token ids.
+        pair: the two adjacent ids to replace.
+        new_id: the id that replaces them.
+
+    Returns:
+        a new list; occurrences do not overlap: ``merge_pair([a, a, a], (a, a), z) == [z, a]``.
+    """
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _check_text(text, name: str) -> None:
+    if not isinstance(text, str):
+        raise ValueError(f"{name}: expected a str, got {type(text).__name__}")
+
+
+def _to_bytes(text: str) -> bytes:
+    # surrogatepass: a Python str may hold a lone surrogate (U+D800..U+DFFF), which strict UTF-8
+    # refuses; with it, every str has bytes and decodes back to itself.
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+class BPETokenizer:
+    """A byte-level BPE tokenizer: ``encode(str) -> list[int]``, ``decode(list[int]) -> str``.
+
+    Build one with :meth:`train`, or from a list of merges; :meth:`save` and :meth:`load` write and
+    read it as JSON.
+
+    Args:
+        merges: the merges in the order they were learned; merge ``i`` turns the pair
+            ``(a, b)`` into the id ``256 + i``, and ``a``, ``b`` must be ids that exist before it.
+        pattern: the pre-tokenization regular expression, for Python's :mod:`re` (default
+            :data:`GPT2_SPLIT_PATTERN`, which is compiled as :func:`gpt2_split_regex`).
+    """
+
+    def __init__(self, merges: Iterable[Sequence[int]] = (), pattern: str = GPT2_SPLIT_PATTERN):
+        if not isinstance(pattern, str):
+            raise ValueError(f"pattern: expected a str, got {type(pattern).__name__}")
+        try:
+            self._split = gpt2_split_regex() if pattern == GPT2_SPLIT_PATTERN else re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"pattern: not a valid regular expression for Python's re ({e})") from None
+        self.pattern = pattern
+        self.merges: List[Pair] = []
+        self.vocab: List[bytes] = [bytes([b]) for b in range(256)]
+        """``vocab[id]`` is the byte string of token ``id``."""
+        for i, m in enumerate(merges):
+            if (len(m) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in m)
+                    or not all(0 <= x < 256 + i for x in m)):
+                raise ValueError(f"merges[{i}]: expected a pair of ids below {256 + i} (the ids that exist "
+                                 f"before merge {i}), got {list(m)!r}")
+            pair = (int(m[0]), int(m[1]))
+            self.merges.append(pair)
+            self.vocab.append(self.vocab[pair[0]] + self.vocab[pair[1]])
+        self.ranks: Dict[Pair, int] = {pair: 256 + i for i, pair in enumerate(self.merges)}
+        """``ranks[(a, b)]`` is the id the pair merges into; a lower id is an earlier merge."""
+        if len(self.ranks) != len(self.merges):
+            raise ValueError("merges: expected each pair at most once, got a repeated pair")
+        self._cache: Dict[str, Tuple[int, ...]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids: the 256 bytes plus one per merge."""
+        return len(self.vocab)
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self.vocab_size})"
+
+    def split(self, text: str) -> List[str]:
+        """Pre-tokenization: the chunks of ``text``; they concatenate to ``text``."""
+        _check_text(text, "text")
+        return self._split.findall(text)
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int, pattern: str = GPT2_SPLIT_PATTERN) -> "BPETokenizer":
+        """Learn ``vocab_size - 256`` merges from ``text``.
+
+        Each step merges the most frequent adjacent pair inside the chunks; among pairs with the
+        same count, the smallest ``(a, b)`` wins, so training is deterministic. It stops early when
+        every chunk has become one token, so ``vocab_size`` is an upper bound.
+
+        Args:
+            text: the training text.
+            vocab_size: the number of ids wanted, at least 256 (the bytes).
+
+        Returns:
+            the trained tokenizer.
+        """
+        _check_text(text, "text")
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 256:
+            raise ValueError(f"vocab_size: expected an int >= 256 (the 256 bytes come first), got {vocab_size!r}")
+        tok = cls(pattern=pattern)
+        chunk_counts = Counter(tok._split.findall(text))
+        words: List[List[int]] = [list(_to_bytes(c)) for c in chunk_counts]
+        freq: List[int] = list(chunk_counts.values())
+        counts: Dict[Pair, int] = {}
+        where: Dict[Pair, set] = {}                      # pair -> indices of the words that contain it
+        for w, ids in enumerate(words):
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + freq[w]
+                where.setdefault(pair, set()).add(w)
+        heap = [(-n, pair) for pair, n in counts.items()]  # (-count, pair): most frequent, then smallest pair
+        heapq.heapify(heap)
+        merges: List[Pair] = []
+        while len(merges) < vocab_size - 256 and heap:
+            neg, pair = heapq.heappop(heap)
+            if counts.get(pair, 0) != -neg:               # stale entry: the count has changed since
+                continue
+            new_id = 256 + len(merges)
+            merges.append(pair)
+            changed: Counter = Counter()
+            for w in where.pop(pair):
+                old = words[w]
+                new = merge_pair(old, pair, new_id)
+                if len(new) == len(old):                  # stale index entry: the pair is gone
+                    continue
+                for p in zip(old, old[1:]):
+                    changed[p] -= freq[w]
+                for p in zip(new, new[1:]):
+                    changed[p] += freq[w]
+                    if p[0] == new_id or p[1] == new_id:
+                        where.setdefault(p, set()).add(w)
+                words[w] = new
+            for p, d in changed.items():
+                if d == 0:
+                    continue
+                n = counts.get(p, 0) + d
+                if n > 0:
+                    counts[p] = n
+                    heapq.heappush(heap, (-n, p))
+                else:
+                    counts.pop(p, None)
+            counts.pop(pair, None)
+        return cls(merges, pattern=pattern)
+
+    def _encode_chunk(self, chunk: str) -> Tuple[int, ...]:
+        ids = list(_to_bytes(chunk))
+        while len(ids) >= 2:
+            new_id = min((self.ranks.get(p, 1 << 62) for p in zip(ids, ids[1:])))  # the earliest merge present
+            if new_id == 1 << 62:
+                break
+            ids = merge_pair(ids, self.merges[new_id - 256], new_id)
+        return tuple(ids)
+
+    def encode(self, text: str) -> List[int]:
+        """The token ids of ``text``: each chunk's bytes, merged by rank (the earliest merge first)."""
+        _check_text(text, "text")
+        out: List[int] = []
+        cache = self._cache
+        for chunk in self._split.findall(text):
+            ids = cache.get(chunk)
+            if ids is None:
+                ids = self._encode_chunk(chunk)
+                if len(cache) >= 100_000:                 # bound the memory on an endless stream of new words
+                    cache.clear()
+                cache[chunk] = ids
+            out.extend(ids)
+        return out
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """The text of ``ids``: their bytes, concatenated and read as UTF-8.
+
+        ``decode(encode(s)) == s`` for every ``str`` ``s``. A list of ids that cuts a character in
+        two (as sampling can) is not valid UTF-8; ``errors`` says what to do then, as in
+        :meth:`bytes.decode`: ``"replace"`` writes U+FFFD, ``"strict"`` raises ``ValueError``.
+        """
+        ids = list(ids)
+        n = self.vocab_size
+        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
+        if bad:
+            raise ValueError(f"ids: expected ints in [0, {n}), got {bad[0]!r}")
+        data = b"".join(self.vocab[i] for i in ids)
+        try:
+            return data.decode("utf-8", errors="surrogatepass")
+        except UnicodeDecodeError as e:
+            if errors == "strict":
+                raise ValueError(f"ids: their bytes are not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            return data.decode("utf-8", errors=errors)
+
+    def save(self, path: Union[str, Path]) -> None:
+        """Write the tokenizer (its pattern and merges) to ``path`` as JSON."""
+        data = {"format": "tfmini-bpe", "version": 1, "pattern": self.pattern, "merges": [list(m) for m in self.merges]}
+        Path(path).write_text(json.dumps(data), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> "BPETokenizer":
+        """Read a tokenizer written by :meth:`save`."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"path: {path} is not JSON ({e})") from None
+        if not isinstance(data, dict) or data.get("format") != "tfmini-bpe" or data.get("version") != 1:
+            raise ValueError(f"path: expected a tfmini-bpe file of version 1 (written by BPETokenizer.save), "
+                             f"got {str(data)[:80]!r}")
+        return cls(data["merges"], pattern=data["pattern"])
