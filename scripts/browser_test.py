@@ -20,6 +20,12 @@ it). No browser is downloaded. For every HTML page of the build it checks that
 - each chapter page (one per notebook of ``chapters/`` that ``_toc.yml`` lists) has a Colab launch
   link to exactly ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/colab/<chapter>.ipynb``,
   the chapter's Colab copy (``scripts/colab.py``), with the repository and branch of ``_config.yml``;
+- each chapter page shows at least one diagram of ``images/diagrams/`` (``python -m diagrams``): an
+  ``<img>`` with alt text that has loaded and is displayed, in the light and in the dark theme (the
+  pydata theme's ``data-theme`` on ``<html>``); the page's background must really change, and in
+  the dark theme the diagram must stay legible: most of its pixels opaque and light (its own card);
+- the figures of a chapter are numbered "Figure <chapter>.<k>" in page order
+  (``scripts/sphinx_figure_numbers.py``; ``scripts/colab.py`` writes the same numbers);
 
 and that the search page finds results for "attention". It prints a summary and exits with 1 and a
 list of the failures if any check fails (2 if it cannot run at all).
@@ -36,7 +42,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urljoin, urlsplit
 
 import yaml
@@ -111,6 +117,50 @@ async () => {
 }
 """
 
+# The diagrams of the book, by file name: Sphinx copies them into _images/ under the same name.
+DIAGRAMS = sorted(p.name for p in (ROOT / "images" / "diagrams").glob("*.svg"))
+# In the dark theme a diagram must bring its own light background: at least this share of its pixels
+# opaque and light.
+LIGHT_SHARE = 0.6
+
+JS_DIAGRAMS = r"""
+async (names) => {
+  const file = img => (img.currentSrc || img.src).split("/").pop().split("?")[0].split("#")[0];
+  const imgs = Array.from(document.images).filter(img => names.includes(file(img)));
+  const rgb = c => (c.match(/[\d.]+/g) || [0, 0, 0]).slice(0, 3).map(Number);
+  const luminance = ([r, g, b]) => 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const results = [];
+  for (const theme of ["light", "dark"]) {
+    document.documentElement.dataset.theme = theme;
+    await frame();
+    const background = luminance(rgb(getComputedStyle(document.body).backgroundColor));
+    for (const img of imgs) {
+      const box = img.getBoundingClientRect();
+      let light = 0, total = 0;
+      if (img.complete && img.naturalWidth > 0) {
+        const canvas = document.createElement("canvas");
+        canvas.width = img.naturalWidth;
+        canvas.height = img.naturalHeight;
+        const ctx = canvas.getContext("2d");
+        ctx.drawImage(img, 0, 0, canvas.width, canvas.height);
+        const data = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+        for (let i = 0; i < data.length; i += 4 * 7) {
+          total += 1;
+          if (data[i + 3] >= 250 && luminance([data[i], data[i + 1], data[i + 2]]) >= 225) light += 1;
+        }
+      }
+      results.push({theme, file: file(img), alt: img.alt || "", loaded: img.complete && img.naturalWidth > 0,
+                    shown: box.width > 0 && box.height > 0 && getComputedStyle(img).visibility !== "hidden",
+                    lightShare: total ? light / total : 0, background});
+    }
+  }
+  const numbers = Array.from(document.querySelectorAll("figure .caption-number"))
+                       .map(el => el.textContent.trim().replace(/[.:]$/, ""));
+  return {results, numbers};
+}
+"""
+
 RAW_MATH = [
     (re.compile(r"\$\$"), "$$"),
     (re.compile(r"\\\("), r"\("),
@@ -164,6 +214,7 @@ class Report:
     images: int = 0
     details: int = 0
     colab: int = 0
+    diagrams: int = 0
     failures: list[str] = field(default_factory=list)
 
     def fail(self, page: str, message: str) -> None:
@@ -322,6 +373,7 @@ def check_page(page, site: Path, base: str, rel: str, report: Report, chapters: 
                                 f"{target.relative_to(site)})")
 
     if rel in chapters:
+        check_diagrams(page, rel, report, problems)
         expected = chapters[rel]
         colab = sorted({h for h in facts["links"] if "colab.research.google.com" in h})
         report.colab += len(colab)
@@ -330,6 +382,34 @@ def check_page(page, site: Path, base: str, rel: str, report: Report, chapters: 
 
     for problem in dict.fromkeys(problems):  # each distinct problem once, in order
         report.fail(rel, problem)
+
+
+def check_diagrams(page, rel: str, report: Report, problems: list[str]) -> None:
+    """A chapter page shows a diagram, with alt text, in both themes; in the dark one it stays legible."""
+    facts = page.evaluate(JS_DIAGRAMS, DIAGRAMS)
+    results = facts["results"]
+    if not results:
+        problems.append("no diagram of images/diagrams/ on the page")
+    backgrounds = {r["theme"]: r["background"] for r in results}
+    if backgrounds and not backgrounds.get("dark", 255) < 80 < backgrounds.get("light", 0):
+        problems.append(f"the dark theme did not darken the page (background luminance {backgrounds})")
+    for r in results:
+        if r["theme"] == "light":
+            report.diagrams += 1
+        where = f"diagram {r['file']} ({r['theme']} theme)"
+        if not r["loaded"]:
+            problems.append(f"{where} did not load")
+        if not r["shown"]:
+            problems.append(f"{where} is not displayed")
+        if not r["alt"].strip():
+            problems.append(f"{where} has no alt text")
+        if r["theme"] == "dark" and r["lightShare"] < LIGHT_SHARE:
+            problems.append(f"{where}: only {r['lightShare']:.0%} of its pixels are opaque and light, "
+                            f"it needs its own light background to be legible")
+    chapter = int(PurePosixPath(rel).name[:2])
+    expected = [f"Figure {chapter}.{k}" for k in range(1, len(facts["numbers"]) + 1)]
+    if facts["numbers"] != expected:
+        problems.append(f"figures numbered {facts['numbers']}, expected {expected}")
 
 
 def check_search(page, base: str, report: Report) -> int:
@@ -420,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"browser test: {report.pages} pages, {report.links} internal links "
           f"({len(report.link_targets)} distinct targets), {report.external_links} external links not "
           f"followed, {report.equations} equations ({report.rendered} MathJax renderings), "
-          f"{report.images} images, {report.details} collapsible blocks, {report.colab} Colab links, "
+          f"{report.images} images, {report.diagrams} diagrams in two themes, {report.details} collapsible "
+          f"blocks, {report.colab} Colab links, "
           f"search for {SEARCH_TERM!r}: {results} results; {elapsed:.1f} s")
     if report.failures:
         print(f"browser test: {len(report.failures)} failure(s):")

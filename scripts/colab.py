@@ -7,7 +7,8 @@ Colab does not render MyST, so the site's Colab buttons (scripts/sphinx_colab_li
 copies; scripts/execute.sh rewrites them after executing. Code cells and outputs are copied as they
 are, a note linking to the chapter's page comes first, and in markdown cells glued values
 (``{glue:text}``), citations, ``py`` roles, ``{doc}`` and ``{term}`` become text or links to the site
-(``html.baseurl`` of _config.yml); admonitions become blockquotes, figures images; ``(label)=``
+(``html.baseurl`` of _config.yml); admonitions become blockquotes, figures images with their captions
+numbered as on the site ("Figure 5.2", scripts/sphinx_figure_numbers.py) and ``{numref}`` that text; ``(label)=``
 targets, ``%`` comments and equation labels go; relative links point to the site or to GitHub. Anything
 it cannot resolve is an error, and so is MyST left in the result. tests/test_colab.py runs the check.
 """
@@ -21,7 +22,7 @@ import posixpath
 import re
 import sys
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -33,6 +34,7 @@ from pybtex.richtext import Text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtimes  # noqa: E402  (scripts/runtimes.py, beside this file)
+from sphinx_figure_numbers import figure_number  # noqa: E402  (scripts/sphinx_figure_numbers.py)
 
 ROOT = runtimes.ROOT
 COLAB = "colab"  # the copies' folder, at the repository root
@@ -147,6 +149,7 @@ class Page:
 
     path: str  # e.g. "chapters/00_quick_tour.ipynb"
     glue: dict[str, dict[str, str]]  # glue name -> mime type -> data
+    figures: dict[str, str] = field(default_factory=dict)  # figure :name: -> its number, "5.2"
 
     def convert(self, markdown: str) -> str:
         chunks = []
@@ -174,7 +177,8 @@ class Page:
         text = "\n".join(body).strip("\n")
         if name in ("figure", "image"):
             markdown = f"![{options.get('alt', '')}]({self.url(arg, image=True)})"
-            markdown += f"\n\n*{self.convert(text)}*" if text else ""
+            number = f"Figure {self.figures[options['name']]}. " if options.get("name") in self.figures else ""
+            markdown += f"\n\n*{number}{self.convert(text)}*" if text else ""
         elif name in ADMONITIONS:
             if name != "admonition":  # the argument of a note or a warning is the start of its text
                 arg, text = "See also" if name == "seealso" else name.capitalize(), f"{arg}\n{text}".strip("\n")
@@ -218,6 +222,10 @@ class Page:
             return self.cite([key.strip() for key in content.split(",")], textual=role == "cite:t")
         if role in ("py:func", "py:class", "py:meth", "py:data", "py:attr", "py:obj"):
             return self.api(role, title, target)
+        if role == "numref":
+            if target not in self.figures:
+                raise ValueError(f"{self.path}: {{numref}} to {target!r}, which is no numbered figure of this page")
+            return (title or "Figure %s").replace("%s", self.figures[target]).replace("{number}", self.figures[target])
         if role == "doc":
             return f"[{title or page_title(self.page(target))}]({book().site}{self.page(target)}.html)"
         if role == "term":
@@ -252,6 +260,22 @@ class Page:
         return f"[`{label}`]({book().site}{API}.html#{'.'.join(path)})"
 
 
+def numbered_figures(page: str, markdowns: list[str]) -> dict[str, str]:
+    """The number of each named, captioned figure of a page, in page order, as Sphinx gives it."""
+    numbers: dict[str, str] = {}
+    for markdown in markdowns:
+        for fence, _, inner in blocks(markdown):
+            directive = fence and DIRECTIVE.fullmatch(fence["info"].strip())
+            if not directive or directive["name"] != "figure":
+                continue
+            options, body = {}, [line.removeprefix(fence["indent"]) for line in inner]
+            while body and (option := OPTION.match(body[0])):
+                options[option[1]], body = option[2].strip(), body[1:]
+            if options.get("name") and "\n".join(body).strip():
+                numbers[options["name"]] = figure_number(page, len(numbers) + 1)
+    return numbers
+
+
 def glued(nb: nbformat.NotebookNode) -> dict[str, dict[str, str]]:
     """The values a notebook glued: myst-nb stores them as outputs with ``scrapbook`` metadata."""
     values = {}
@@ -265,7 +289,9 @@ def glued(nb: nbformat.NotebookNode) -> dict[str, dict[str, str]]:
 def colab_notebook(path: Path) -> str:
     """The Colab copy of a chapter notebook, as nbformat.write writes it."""
     nb = nbformat.read(path, as_version=4)
-    page = Page(path.relative_to(ROOT).as_posix(), glued(nb))
+    rel = path.relative_to(ROOT).as_posix()
+    markdowns = [cell.source for cell in nb.cells if cell.cell_type == "markdown"]
+    page = Page(rel, glued(nb), numbered_figures(rel.removesuffix(".ipynb"), markdowns))
     for number, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             cell.source = page.convert(cell.source)

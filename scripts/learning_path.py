@@ -30,7 +30,8 @@ PARTS = [
         (5, "Multi-head\nattention"), (6, "Positional\nencoding"), (7, "The Transformer\nblock"),
         (8, "Masking, decoder,\ncross-attention"), (9, "The full encoder-\ndecoder Transformer"),
     ]),
-    ("Part III — Scale and families", 2, [(10, "Cost and\nparallelism"), (11, "Transformer\nfamilies")]),
+    ("Part III — Scale, families and tokens", 2, [(10, "Cost and\nparallelism"), (11, "Transformer\nfamilies"),
+                                                   (12, "Tokens:\nbyte-level BPE")]),
 ]
 
 # (a, b): chapter b builds on chapter a.
@@ -38,7 +39,7 @@ BUILDS_ON = [
     (0, 1),
     (1, 2), (2, 3), (3, 4),
     (4, 5), (4, 6), (5, 7), (6, 7), (7, 8), (8, 9),
-    (7, 10), (9, 11), (8, 11),
+    (7, 10), (9, 11), (8, 11), (11, 12),
 ]
 
 BOX_W, BOX_H = 3.4, 1.0

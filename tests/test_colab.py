@@ -19,7 +19,8 @@ GLUE = {"n_params": {"text/plain": "'169,216'"}, "ratio": {"text/plain": "0.1234
 
 
 def convert(markdown: str) -> str:
-    return colab.Page("chapters/00_quick_tour.ipynb", GLUE).convert(markdown)
+    figures = colab.numbered_figures("chapters/00_quick_tour", [markdown])
+    return colab.Page("chapters/00_quick_tour.ipynb", GLUE, figures).convert(markdown)
 
 
 def test_regenerating_changes_nothing():
@@ -81,6 +82,10 @@ def test_code_cells_are_the_chapters(chapter):
     (":::{warning}\nCareful.\n:::", "> **Warning**\n>\n> Careful."),
     ("```{figure} ../images/learning_path.svg\n:alt: The path\n\nThe chapters.\n```",
      f"![The path]({colab.book().raw}images/learning_path.svg)\n\n*The chapters.*"),
+    ("```{figure} ../images/diagrams/masks.svg\n:name: fig-masks\n:alt: Grids\n\nThe masks.\n```\n"
+     "{numref}`fig-masks` shows it; {numref}`the figure %s <fig-masks>`.",
+     f"![Grids]({colab.book().raw}images/diagrams/masks.svg)\n\n*Figure 0.1. The masks.*\n"
+     "Figure 0.1 shows it; the figure 0.1."),
 ])
 def test_converter(markdown, expected):
     assert convert(markdown) == expected
@@ -93,6 +98,7 @@ def test_converter(markdown, expected):
     ("{term}`no such term`", "no term 'no such term'"),
     ("{py:func}`torch.softmax`", "not on the API page"),
     ("{ref}`sec-x`", "no plain-Markdown form for the role"),
+    ("{numref}`fig-missing`", "no numbered figure of this page"),
     ("```{tabbed} A\nx\n```", "no plain-Markdown form for the directive"),
 ])
 def test_converter_rejects_what_it_cannot_resolve(markdown, error):

@@ -92,7 +92,7 @@ def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> List[int]:
         new_id: the id that replaces them.
 
     Returns:
-        a new list; occurrences do not overlap: ``merge_pair([a, a, a], (a, a), z) == [z, a]``.
+        a new list of ids. Occurrences do not overlap, so ``merge_pair([a, a, a], (a, a), z)`` is ``[z, a]``.
     """
     out, i = [], 0
     while i < len(ids):
@@ -156,7 +156,7 @@ class BPETokenizer:
 
     @property
     def vocab_size(self) -> int:
-        """Number of token ids: the 256 bytes plus one per merge."""
+        """The number of token ids, the 256 bytes plus one per merge."""
         return len(self.vocab)
 
     def __repr__(self) -> str:
@@ -258,7 +258,7 @@ class BPETokenizer:
 
         ``decode(encode(s)) == s`` for every ``str`` ``s``. A list of ids that cuts a character in
         two (as sampling can) is not valid UTF-8; ``errors`` says what to do then, as in
-        :meth:`bytes.decode`: ``"replace"`` writes U+FFFD, ``"strict"`` raises ``ValueError``.
+        ``bytes.decode``: ``"replace"`` writes U+FFFD, ``"strict"`` raises ``ValueError``.
         """
         ids = list(ids)
         n = self.vocab_size
