@@ -16,21 +16,35 @@ HARD = ["", " ", "   ", "\n\n", "\r\n", "a\r\nb", "\t\t x", "e\u0301", "\u00e9",
         "  leading", "trailing  ", "\u00a0", "Ⅻ", "\U0010ffff"]
 
 
-def reference_train(text, vocab_size):
-    """The plainest BPE: recount every pair after every merge."""
-    words = Counter(tuple(c.encode("utf-8", "surrogatepass")) for c in gpt2_split_regex().findall(text))
+def reference_train(text, vocab_size, segmentation=False):
+    """The plainest BPE: recount every pair after every merge. With segmentation=True, also return each
+    distinct chunk's ids at the end of training."""
+    chunks = Counter(gpt2_split_regex().findall(text))
+    ids = {c: tuple(c.encode("utf-8", "surrogatepass")) for c in chunks}
     merges = []
     while len(merges) < vocab_size - 256:
-        counts = pair_counts(words)
+        counts = Counter()
+        for c, w in ids.items():
+            for pair in zip(w, w[1:]):
+                counts[pair] += chunks[c]
         if not counts:
             break
         best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))   # most frequent, then the smallest pair
         merges.append(best)
-        new_words = Counter()
-        for w, n in words.items():
-            new_words[tuple(merge_pair(w, best, 255 + len(merges)))] += n
-        words = new_words
-    return merges
+        ids = {c: tuple(merge_pair(w, best, 255 + len(merges))) for c, w in ids.items()}
+    return (merges, ids) if segmentation else merges
+
+
+def replay_encode(tok, text):
+    """Encoding by replaying every merge in training order over each chunk: slow, and independent of
+    the rank-based loop of BPETokenizer.encode."""
+    out = []
+    for chunk in tok.split(text):
+        ids = list(chunk.encode("utf-8", "surrogatepass"))
+        for i, pair in enumerate(tok.merges):
+            ids = merge_pair(ids, pair, 256 + i)
+        out.extend(ids)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +76,31 @@ def test_merge_pair_does_not_overlap():
 def test_train_equals_the_reference_loop(source, vocab_size):
     text = source[:30_000]
     assert BPETokenizer.train(text, vocab_size).merges == reference_train(text, vocab_size)
+
+
+def test_pair_counts_counts_overlaps_and_weights():
+    counts = pair_counts({(1, 1, 1): 2, (1, 2): 3})
+    assert counts == {(1, 1): 4, (1, 2): 3}
+
+
+def test_encoding_a_training_chunk_gives_its_training_segmentation(source):
+    text = source[:30_000]
+    merges, segmentation = reference_train(text, 400, segmentation=True)
+    tok = BPETokenizer(merges)
+    for chunk, ids in segmentation.items():
+        assert tuple(tok.encode(chunk)) == ids
+
+
+def test_encode_equals_replaying_the_merges_in_order(tok, source):
+    for text in [source[60_000:70_000], "".join(HARD), " héllo wörld naïve café 世界 👋👋 "]:
+        assert tok.encode(text) == replay_encode(tok, text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=8), st.sampled_from([" def", " self", "    ", " 世界", "é"]))))
+def test_encode_equals_replay_on_any_text(tok, pieces):
+    text = "".join(pieces)
+    assert tok.encode(text) == replay_encode(tok, text)
 
 
 def test_ties_go_to_the_smallest_pair():
@@ -170,15 +209,49 @@ def test_text_must_be_a_str(tok, call):
         call(tok)
 
 
-@pytest.mark.parametrize("ids", [[-1], [700], [1.0], [True], ["a"]])
+@pytest.mark.parametrize("ids", [[-1], [700], [1.0], [True], ["a"], [None]])
 def test_bad_ids(tok, ids):
     with pytest.raises(ValueError, match=r"ids: expected ints in \[0, 700\)"):
         tok.decode(ids)
 
 
+def test_decode_takes_tensors_and_arrays(tok):
+    import numpy as np
+    import torch
+
+    ids = tok.encode("hello world")
+    assert tok.decode(torch.tensor(ids)) == tok.decode(np.array(ids)) == tok.decode(tuple(ids)) == "hello world"
+
+
+@pytest.mark.parametrize("errors", ["no-such-handler", 3, None])
+def test_bad_errors_handler(tok, errors):
+    with pytest.raises(ValueError, match="errors: expected an error handler"):
+        tok.decode([104, 105], errors=errors)
+
+
+@pytest.mark.parametrize("pattern", [r"\S+|\s+", r"(\w)\w*|\W"])
+def test_custom_patterns_round_trip_and_save(pattern, tmp_path):
+    text = "def f(x):\n    return x_1 + 2  # café"
+    tok = BPETokenizer.train(text * 3, 300, pattern=pattern)
+    assert tok.pattern == pattern and "".join(tok.split(text)) == text
+    assert tok.decode(tok.encode(text)) == text
+    tok.save(tmp_path / "p.json")
+    again = BPETokenizer.load(tmp_path / "p.json")
+    assert again.pattern == pattern and again.encode(text) == tok.encode(text)
+
+
+def test_a_pattern_that_leaves_text_out_is_refused():
+    tok = BPETokenizer(pattern=r"\w+")
+    with pytest.raises(ValueError, match="pattern: its matches do not cover the text"):
+        tok.encode("a b")
+    with pytest.raises(ValueError, match="pattern: its matches do not cover the text"):
+        BPETokenizer.train("a b", 300, pattern=r"\w+")
+
+
 @pytest.mark.parametrize("merges, message", [([(256, 1)], r"merges\[0\]: expected a pair of ids below 256"),
                                              ([(1, 2, 3)], r"merges\[0\]"), ([(1, 2), (1, 2)], "repeated pair"),
-                                             ([(1, -2)], r"merges\[0\]")])
+                                             ([(1, -2)], r"merges\[0\]"), ([5], r"merges\[0\]"),
+                                             (["ab"], r"merges\[0\]")])
 def test_bad_merges(merges, message):
     with pytest.raises(ValueError, match=message):
         BPETokenizer(merges)
@@ -196,6 +269,9 @@ def test_load_rejects_other_files(tmp_path):
         BPETokenizer.load(bad)
     bad.write_text("not json")
     with pytest.raises(ValueError, match="is not JSON"):
+        BPETokenizer.load(bad)
+    bad.write_text(json.dumps({"format": "tfmini-bpe", "version": 1}))
+    with pytest.raises(ValueError, match="no list of merges and pattern string"):
         BPETokenizer.load(bad)
 
 
@@ -240,6 +316,21 @@ def test_merges_and_compression_match_hugging_face(source):
     assert len(hf_merges & our_merges) >= 0.95 * len(our_merges)
     held_out = source[100_000:]
     assert abs(len(hf.encode(held_out).ids) - len(ours.encode(held_out))) <= 0.01 * len(ours.encode(held_out))
+
+
+def test_encode_equals_hugging_face_bpe_with_our_merges(tok, source):
+    """Hugging Face's BPE model, given tfmini's merges, encodes to exactly tfmini's ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    b2u = _byte_level_alphabet()
+    as_chars = lambda b: "".join(b2u[x] for x in b)
+    vocab = {as_chars(b): i for i, b in enumerate(tok.vocab)}
+    assert len(vocab) == tok.vocab_size                      # no two merges make the same bytes here
+    hf = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[(as_chars(tok.vocab[a]), as_chars(tok.vocab[b]))
+                                                                         for a, b in tok.merges]))
+    hf.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    for text in [source[70_000:], "".join(h for h in HARD if not any("\ud800" <= ch <= "\udfff" for ch in h)),
+                 " héllo wörld naïve café 世界 👋👋 "]:
+        assert hf.encode(text).ids == tok.encode(text)
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,12 +8,15 @@ and repeatedly replaces the most frequent pair by a new id (Sennrich et al., 201
 2019). Encoding applies the learned merges by rank, lowest first; decoding concatenates the bytes.
 
 ``id < 256`` is the byte ``id``; ``id = 256 + i`` is the ``i``-th merge. A tokenizer is its list of
-merges and its split pattern, nothing else.
+merges and its split pattern, nothing else. What counts as a letter, a number or a space when cutting
+chunks follows this Python's Unicode tables (:mod:`unicodedata`), not those of the ``regex`` package.
 """
 from __future__ import annotations
 
+import codecs
 import heapq
 import json
+import operator
 import re
 import unicodedata
 from collections import Counter
@@ -126,7 +129,11 @@ class BPETokenizer:
         merges: the merges in the order they were learned; merge ``i`` turns the pair
             ``(a, b)`` into the id ``256 + i``, and ``a``, ``b`` must be ids that exist before it.
         pattern: the pre-tokenization regular expression, for Python's :mod:`re` (default
-            :data:`GPT2_SPLIT_PATTERN`, which is compiled as :func:`gpt2_split_regex`).
+            :data:`GPT2_SPLIT_PATTERN`, which is compiled as :func:`gpt2_split_regex`). Its matches
+            must cover the text: a text with characters that no match takes is refused.
+
+    ``merges``, ``vocab`` and ``ranks`` describe the tokenizer; treat them as read-only (a changed
+    list would disagree with the other two and with the cache of encoded chunks).
     """
 
     def __init__(self, merges: Iterable[Sequence[int]] = (), pattern: str = GPT2_SPLIT_PATTERN):
@@ -141,10 +148,10 @@ class BPETokenizer:
         self.vocab: List[bytes] = [bytes([b]) for b in range(256)]
         """``vocab[id]`` is the byte string of token ``id``."""
         for i, m in enumerate(merges):
-            if (len(m) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in m)
-                    or not all(0 <= x < 256 + i for x in m)):
+            if (not isinstance(m, (list, tuple)) or len(m) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 256 + i for x in m)):
                 raise ValueError(f"merges[{i}]: expected a pair of ids below {256 + i} (the ids that exist "
-                                 f"before merge {i}), got {list(m)!r}")
+                                 f"before merge {i}), got {m!r}")
             pair = (int(m[0]), int(m[1]))
             self.merges.append(pair)
             self.vocab.append(self.vocab[pair[0]] + self.vocab[pair[1]])
@@ -165,7 +172,14 @@ class BPETokenizer:
     def split(self, text: str) -> List[str]:
         """Pre-tokenization: the chunks of ``text``; they concatenate to ``text``."""
         _check_text(text, "text")
-        return self._split.findall(text)
+        return self._chunks(text)
+
+    def _chunks(self, text: str) -> List[str]:
+        chunks = [m.group(0) for m in self._split.finditer(text)]
+        if sum(map(len, chunks)) != len(text):           # only a custom pattern can leave characters out
+            raise ValueError(f"pattern: its matches do not cover the text (they take {sum(map(len, chunks))} of "
+                             f"{len(text)} characters), so decoding could not give the text back")
+        return chunks
 
     @classmethod
     def train(cls, text: str, vocab_size: int, pattern: str = GPT2_SPLIT_PATTERN) -> "BPETokenizer":
@@ -178,15 +192,20 @@ class BPETokenizer:
         Args:
             text: the training text.
             vocab_size: the number of ids wanted, at least 256 (the bytes).
+            pattern: the pre-tokenization regular expression (see the class).
 
         Returns:
             the trained tokenizer.
+
+        Raises:
+            ValueError: ``text`` is not a ``str``, ``vocab_size`` is not an int of at least 256, or
+                ``pattern`` is not a regular expression whose matches cover the text.
         """
         _check_text(text, "text")
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 256:
             raise ValueError(f"vocab_size: expected an int >= 256 (the 256 bytes come first), got {vocab_size!r}")
         tok = cls(pattern=pattern)
-        chunk_counts = Counter(tok._split.findall(text))
+        chunk_counts = Counter(tok._chunks(text))
         words: List[List[int]] = [list(_to_bytes(c)) for c in chunk_counts]
         freq: List[int] = list(chunk_counts.values())
         counts: Dict[Pair, int] = {}
@@ -239,11 +258,14 @@ class BPETokenizer:
         return tuple(ids)
 
     def encode(self, text: str) -> List[int]:
-        """The token ids of ``text``: each chunk's bytes, merged by rank (the earliest merge first)."""
+        """The token ids of ``text``: each chunk's bytes, merged by rank (the earliest merge first).
+
+        The ids of each distinct chunk are cached, so a chunk that recurs is merged only once while
+        it stays in the cache (which is emptied when it reaches 100,000 chunks)."""
         _check_text(text, "text")
         out: List[int] = []
         cache = self._cache
-        for chunk in self._split.findall(text):
+        for chunk in self._chunks(text):
             ids = cache.get(chunk)
             if ids is None:
                 ids = self._encode_chunk(chunk)
@@ -259,13 +281,24 @@ class BPETokenizer:
         ``decode(encode(s)) == s`` for every ``str`` ``s``. A list of ids that cuts a character in
         two (as sampling can) is not valid UTF-8; ``errors`` says what to do then, as in
         ``bytes.decode``: ``"replace"`` writes U+FFFD, ``"strict"`` raises ``ValueError``.
+        ``ids`` may be any iterable of integers: a list, or a 1-D integer tensor or array.
         """
-        ids = list(ids)
+        try:
+            codecs.lookup_error(errors)
+        except (LookupError, TypeError):
+            raise ValueError(f"errors: expected an error handler of bytes.decode such as 'replace' or "
+                             f"'strict', got {errors!r}") from None
         n = self.vocab_size
-        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
-        if bad:
-            raise ValueError(f"ids: expected ints in [0, {n}), got {bad[0]!r}")
-        data = b"".join(self.vocab[i] for i in ids)
+        clean = []
+        for i in ids:
+            try:
+                j = operator.index(i) if not isinstance(i, bool) else -1
+            except TypeError:
+                j = -1
+            if not 0 <= j < n:
+                raise ValueError(f"ids: expected ints in [0, {n}), got {i!r}")
+            clean.append(j)
+        data = b"".join(self.vocab[i] for i in clean)
         try:
             return data.decode("utf-8", errors="surrogatepass")
         except UnicodeDecodeError as e:
@@ -288,4 +321,6 @@ class BPETokenizer:
         if not isinstance(data, dict) or data.get("format") != "tfmini-bpe" or data.get("version") != 1:
             raise ValueError(f"path: expected a tfmini-bpe file of version 1 (written by BPETokenizer.save), "
                              f"got {str(data)[:80]!r}")
+        if not isinstance(data.get("merges"), list) or not isinstance(data.get("pattern"), str):
+            raise ValueError(f"path: {path} has no list of merges and pattern string")
         return cls(data["merges"], pattern=data["pattern"])
