@@ -26,6 +26,11 @@ it). No browser is downloaded. For every HTML page of the build it checks that
   the dark theme the diagram must stay legible: most of its pixels opaque and light (its own card);
 - the figures of a chapter are numbered "Figure <chapter>.<k>" in page order
   (``scripts/sphinx_figure_numbers.py``; ``scripts/colab.py`` writes the same numbers);
+- no output of a code cell on a chapter page is wider than its column at the 1280-pixel viewport: no
+  line of a text output (``div.cell_output pre``: printed text, ``text/plain`` results) has to wrap
+  (``_static/tfmini.css`` wraps them on narrower screens), and no table output
+  (``tfmini.notebook.show_table``) is wider than the output area; the failure names the first line
+  that does not fit (print fewer characters a line, or show a table);
 
 and that the search page finds results for "attention". It prints a summary and exits with 1 and a
 list of the failures if any check fails (2 if it cannot run at all).
@@ -161,6 +166,49 @@ async (names) => {
 }
 """
 
+# Outputs of code cells wider than their column. Text outputs (a <pre>) wrap long lines
+# (_static/tfmini.css), so a phone shows them without a scroll bar; at 1280 pixels no line may need to.
+# Each block is laid out again without wrapping in a hidden copy: if that copy is wider than the block,
+# a line wraps, and the first such line is found by laying out each line alone. A table output (a
+# markdown output, tfmini.notebook.show_table) must fit in the output area of its cell.
+JS_WIDE_OUTPUTS = r"""
+() => {
+  const found = [];
+  const pres = Array.from(document.querySelectorAll("div.cell_output pre"));
+  pres.forEach((pre, index) => {
+    const probe = pre.cloneNode(false);
+    probe.style.visibility = "hidden";
+    probe.style.whiteSpace = "pre";
+    probe.style.overflowWrap = "normal";
+    pre.parentNode.appendChild(probe);
+    probe.textContent = pre.textContent;
+    const natural = probe.scrollWidth;
+    let line = "";
+    if (natural > pre.clientWidth + 1) {
+      for (const candidate of pre.textContent.split("\n")) {
+        probe.textContent = candidate;
+        if (probe.scrollWidth > pre.clientWidth + 1) { line = candidate; break; }
+      }
+    }
+    probe.remove();
+    if (natural <= pre.clientWidth + 1) return;
+    found.push({kind: "text output", index, scrollWidth: natural, clientWidth: pre.clientWidth, line});
+  });
+  const tables = Array.from(document.querySelectorAll("div.cell_output table"));
+  tables.forEach((table, index) => {
+    const area = table.closest("div.cell_output");
+    const width = table.getBoundingClientRect().width;
+    if (width <= area.clientWidth + 1) return;
+    const header = table.querySelector("tr");
+    found.push({kind: "table output", index, scrollWidth: Math.round(width), clientWidth: area.clientWidth,
+                line: header ? header.textContent.trim().replace(/\s+/g, " ") : ""});
+  });
+  return {found, pres: pres.length, tables: tables.length};
+}
+"""
+# Longest part of an offending line quoted in a failure.
+QUOTE_CHARS = 120
+
 RAW_MATH = [
     (re.compile(r"\$\$"), "$$"),
     (re.compile(r"\\\("), r"\("),
@@ -215,6 +263,7 @@ class Report:
     details: int = 0
     colab: int = 0
     diagrams: int = 0
+    outputs: int = 0
     failures: list[str] = field(default_factory=list)
 
     def fail(self, page: str, message: str) -> None:
@@ -373,6 +422,7 @@ def check_page(page, site: Path, base: str, rel: str, report: Report, chapters: 
                                 f"{target.relative_to(site)})")
 
     if rel in chapters:
+        check_output_widths(page, report, problems)
         check_diagrams(page, rel, report, problems)
         expected = chapters[rel]
         colab = sorted({h for h in facts["links"] if "colab.research.google.com" in h})
@@ -382,6 +432,17 @@ def check_page(page, site: Path, base: str, rel: str, report: Report, chapters: 
 
     for problem in dict.fromkeys(problems):  # each distinct problem once, in order
         report.fail(rel, problem)
+
+
+def check_output_widths(page, report: Report, problems: list[str]) -> None:
+    """No output of a code cell is wider than its column (the viewport is 1280 pixels wide)."""
+    facts = page.evaluate(JS_WIDE_OUTPUTS)
+    report.outputs += facts["pres"] + facts["tables"]
+    for wide in facts["found"]:
+        line = wide["line"].rstrip()
+        quoted = line if len(line) <= QUOTE_CHARS else line[:QUOTE_CHARS] + "..."
+        problems.append(f"{wide['kind']} {wide['index'] + 1} is wider than its column ({wide['scrollWidth']} > "
+                        f"{wide['clientWidth']} px); first line too wide ({len(line)} characters): {quoted!r}")
 
 
 def check_diagrams(page, rel: str, report: Report, problems: list[str]) -> None:
@@ -501,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(report.link_targets)} distinct targets), {report.external_links} external links not "
           f"followed, {report.equations} equations ({report.rendered} MathJax renderings), "
           f"{report.images} images, {report.diagrams} diagrams in two themes, {report.details} collapsible "
-          f"blocks, {report.colab} Colab links, "
+          f"blocks, {report.colab} Colab links, {report.outputs} cell outputs checked for width, "
           f"search for {SEARCH_TERM!r}: {results} results; {elapsed:.1f} s")
     if report.failures:
         print(f"browser test: {len(report.failures)} failure(s):")

@@ -2,12 +2,21 @@
 
 :func:`glue` stores a value computed by the code so that the book's prose can quote it
 (myst-nb's ``glue``); where myst-nb is not installed, as on Colab, it just shows the value.
+:func:`show_table` shows rows of results as a real table (a markdown output, which the book's site,
+Jupyter and Colab render), so that a wide table needs no horizontal scroll bar the way a printed one
+does; :func:`markdown_table` builds its markdown.
 """
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Sequence
 
-__all__ = ["glue"]
+__all__ = ["glue", "markdown_table", "show_table"]
+
+# A cell that reads as a number ("3", "-0.41", "1,048,576", "1e-06", "96%", "3.6x") is right-aligned.
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(?:%|x)?")
+# Characters that markdown (and MyST's dollar math) would read as syntax; escaped with a backslash.
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|$~])")
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:
@@ -26,3 +35,100 @@ def glue(name: str, value: Any, display: bool = False) -> None:
             show(value)
         return
     myst_glue(name, value, display=display)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    text = str(value).strip()
+    return bool(text) and any(c.isdigit() for c in text) and _NUMBER.fullmatch(text) is not None
+
+
+def _escape(value: Any) -> str:
+    text = str(value)
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"a table cell must be one line, got {text!r}")
+    return _SPECIAL.sub(r"\\\1", text)
+
+
+def markdown_table(rows: Sequence[Sequence[Any]], headers: Sequence[Any], title: str | None = None,
+                   align: str | None = None) -> str:
+    """The markdown (GitHub-style pipe table) of ``rows`` under ``headers``.
+
+    Cells are written with ``str``, so format numbers before passing them (``f"{x:.3f}"``) to choose
+    their precision. Characters that markdown would read as syntax (``|``, ``*``, ``_``, ``<``, ``$``,
+    ...) are escaped, so every cell shows exactly its text.
+
+    Args:
+        rows: the rows of the table, each a sequence with one value per header.
+        headers: the column headers.
+        title: an optional caption, written in bold above the table.
+        align: one letter per column, ``"l"`` (left), ``"r"`` (right) or ``"c"`` (centre). By default a
+            column whose cells all read as numbers (``3``, ``-0.41``, ``1,048,576``, ``96%``, ``3.6x``) is
+            right-aligned, any other column left-aligned.
+
+    Returns:
+        the markdown text. With a title, it starts with the title in bold and a blank line; then
+        come the header row, the alignment row and one line per row.
+
+    Raises:
+        ValueError: if ``headers`` is empty, a row does not have one value per header, ``align`` has the
+            wrong length or letters, or a cell, header or the title spans more than one line.
+    """
+    if isinstance(headers, str):
+        raise ValueError(f"headers: expected a sequence of column headers, got the string {headers!r}")
+    headers = list(headers)
+    if not headers:
+        raise ValueError("headers: a table needs at least one column")
+    rows = [list(row) if not isinstance(row, str) else row for row in rows]
+    for i, row in enumerate(rows):
+        if isinstance(row, str):
+            raise ValueError(f"rows[{i}]: expected a sequence of {len(headers)} cells, got the string {row!r}")
+        if len(row) != len(headers):
+            raise ValueError(f"rows[{i}] has {len(row)} cells but there are {len(headers)} headers {headers}")
+    if align is None:
+        align = "".join("r" if rows and all(_is_number(row[j]) for row in rows) else "l"
+                        for j in range(len(headers)))
+    if len(align) != len(headers) or set(align) - set("lrc"):
+        raise ValueError(f"align: expected one of 'l', 'r', 'c' per column ({len(headers)} letters), got {align!r}")
+    rule = {"l": ":---", "r": "---:", "c": ":---:"}
+
+    def line(cells):
+        return "| " + " | ".join(_escape(c) for c in cells) + " |"
+
+    lines = [line(headers), "| " + " | ".join(rule[a] for a in align) + " |", *(line(row) for row in rows)]
+    if title is not None:
+        lines = [f"**{_escape(title)}**", ""] + lines
+    return "\n".join(lines)
+
+
+def show_table(rows: Sequence[Sequence[Any]], headers: Sequence[Any], title: str | None = None,
+               align: str | None = None) -> None:
+    """Show ``rows`` as a table in the cell's output, instead of printing aligned columns.
+
+    The table is a markdown output (:func:`markdown_table`), which the book's site, Jupyter and Colab
+    render as a table that fits the page. Without IPython (a plain Python script) the markdown is printed.
+
+    Args:
+        rows: the rows of the table, each a sequence with one value per header; format numbers first
+            (``f"{x:.3f}"``), cells are written with ``str``.
+        headers: the column headers.
+        title: an optional caption, written in bold above the table.
+        align: one letter per column, ``"l"``, ``"r"`` or ``"c"``; by default numeric columns are
+            right-aligned and the others left-aligned.
+
+    Returns:
+        None. The table is displayed as the cell's output.
+
+    Raises:
+        ValueError: as :func:`markdown_table`, for rows that do not match the headers or a bad ``align``.
+    """
+    text = markdown_table(rows, headers, title=title, align=align)
+    try:
+        from IPython.display import Markdown, display
+    except ImportError:
+        print(text)
+        return
+    display(Markdown(text))

@@ -1,0 +1,102 @@
+"""tfmini.notebook: ``markdown_table`` writes a GitHub-style table that shows every cell's text exactly,
+aligns numbers to the right and rejects rows that do not fit the headers; ``show_table`` displays it as a
+``text/markdown`` output (or prints it where IPython is missing)."""
+from __future__ import annotations
+
+import builtins
+import sys
+
+import pytest
+
+from tfmini.notebook import markdown_table, show_table
+
+
+def test_header_rule_and_one_line_per_row():
+    text = markdown_table([["dot", "2.10"], ["additive", "6.29"]], ["score", "MFLOP"])
+    assert text.splitlines() == [
+        "| score | MFLOP |",
+        "| :--- | ---: |",
+        "| dot | 2.10 |",
+        "| additive | 6.29 |",
+    ]
+
+
+def test_cells_are_written_with_str_so_the_caller_chooses_the_precision():
+    text = markdown_table([[1024, f"{36.6321:.3f}", f"{0.9137:.0%}", True]], ["T", "ms", "share", "ok"])
+    assert text.splitlines()[-1] == "| 1024 | 36.632 | 91% | True |"
+
+
+def test_numeric_columns_are_right_aligned_and_the_others_left():
+    rows = [["x 1", "1,048,576", "-0.41", "3.6x", "1e-06", "never"], ["x 10", "576", "+2", "12x", "7", "87"]]
+    rule = markdown_table(rows, list("abcdef")).splitlines()[1]
+    assert rule == "| :--- | ---: | ---: | ---: | ---: | :--- |"
+    # booleans are words, not numbers
+    assert markdown_table([[False], [True]], ["bias"]).splitlines()[1] == "| :--- |"
+
+
+def test_explicit_alignment():
+    assert markdown_table([["a", "b", "c"]], ["x", "y", "z"], align="rcl").splitlines()[1] == (
+        "| ---: | :---: | :--- |"
+    )
+
+
+def test_markdown_syntax_in_cells_is_escaped():
+    text = markdown_table([["max |e|", "<mask> a_b *c* `d` $x$ [e] ~f~ \\"]], ["query", "guess"])
+    assert text.splitlines()[-1] == (
+        "| max \\|e\\| | \\<mask\\> a\\_b \\*c\\* \\`d\\` \\$x\\$ \\[e\\] \\~f\\~ \\\\ |"
+    )
+
+
+def test_title_is_bold_above_the_table():
+    lines = markdown_table([["1"]], ["n"], title="the <mask> result").splitlines()
+    assert lines[:3] == ["**the \\<mask\\> result**", "", "| n |"]
+
+
+def test_empty_rows_give_only_the_header():
+    assert markdown_table([], ["a", "b"]).splitlines() == ["| a | b |", "| :--- | :--- |"]
+
+
+@pytest.mark.parametrize("rows, headers, kwargs, message", [
+    ([["a", "b", "c"]], ["x", "y"], {}, r"rows\[0\] has 3 cells but there are 2 headers"),
+    ([["a", "b"], ["c"]], ["x", "y"], {}, r"rows\[1\] has 1 cells"),
+    (["ab"], ["x", "y"], {}, r"rows\[0\]: expected a sequence of 2 cells, got the string 'ab'"),
+    ([], [], {}, r"headers: a table needs at least one column"),
+    ([["a"]], "xy", {}, r"headers: expected a sequence of column headers"),
+    ([["a", "b"]], ["x", "y"], {"align": "l"}, r"align: expected one of 'l', 'r', 'c' per column \(2 letters\)"),
+    ([["a", "b"]], ["x", "y"], {"align": "lx"}, r"align: "),
+    ([["a\nb"]], ["x"], {}, r"a table cell must be one line"),
+    ([["a"]], ["x"], {"title": "two\nlines"}, r"a table cell must be one line"),
+])
+def test_bad_input_is_rejected_with_a_clear_message(rows, headers, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        markdown_table(rows, headers, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        show_table(rows, headers, **kwargs)
+
+
+def test_show_table_displays_markdown():
+    display_module = pytest.importorskip("IPython.display")
+    shown = []
+    original = display_module.display
+    display_module.display = shown.append
+    try:
+        assert show_table([["dot", "2.10"]], ["score", "MFLOP"], title="cost") is None
+    finally:
+        display_module.display = original
+    assert len(shown) == 1 and isinstance(shown[0], display_module.Markdown)
+    assert shown[0].data == markdown_table([["dot", "2.10"]], ["score", "MFLOP"], title="cost")
+    assert shown[0]._repr_markdown_() == shown[0].data
+
+
+def test_show_table_prints_the_markdown_without_ipython(monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def no_ipython(name, *args, **kwargs):
+        if name == "IPython" or name.startswith("IPython."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ipython)
+    monkeypatch.delitem(sys.modules, "IPython.display", raising=False)
+    show_table([["a", "1"]], ["x", "n"])
+    assert capsys.readouterr().out == markdown_table([["a", "1"]], ["x", "n"]) + "\n"
