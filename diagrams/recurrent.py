@@ -27,7 +27,7 @@ def rnn_bottleneck() -> Canvas:
     c.text(0.2, 2.45, "encoder", size=FONT, weight="bold", ha="left", color=KINDS["rnn"][1])
 
     mid = enc_x[-1] + 0.78
-    c.box(mid, y, 0.62, 0.62, "h, c", kind="norm", size=9, weight="bold")
+    c.box(mid, y, 0.62, 0.62, "h, c", kind="tensor", size=9, weight="bold")
     c.arrow((enc_x[-1] + cell_w / 2, y), (mid - 0.31, y))
     c.text(mid, y - 0.5, "context", size=8.5, weight="bold")
     c.shape(mid, y - 0.68, s["h"], "h")
@@ -62,7 +62,7 @@ def bahdanau_step() -> Canvas:
     xs = [0.75 + 0.72 * j for j in range(n)]
     for j, (x, e, a) in enumerate(zip(xs, s["scores"], s["weights"])):
         c.box(x, 0.55, 0.5, 0.34, f"f{chr(0x2081 + j)}", kind="rnn", size=9)
-        c.arrow((x, 0.72), (x, 1.02))
+        c.arrow((x - 0.1, 0.72), (x - 0.1, 1.03))
         c.text(x, 1.14, f"e = {e:g}", size=8, mono=True)
         c.rect(x - 0.16, 1.5, 0.32, 1.2 * a, fill=KINDS["attention"][1], edge="none")
         c.text(x, 1.5 + 1.2 * a + 0.1, f"{a:.2f}", size=8, mono=True)
@@ -77,8 +77,16 @@ def bahdanau_step() -> Canvas:
     hx = 4.35
     h_prev = c.box(hx, 0.55, 1.05, 0.38, "hᵈᵢ₋₁", kind="rnn", size=10)
     c.shape(hx, 0.2, s["h_prev"])
-    c.arrow(h_prev.left, (xs[-1] + 0.36, 0.98), corners=[(xs[-1] + 0.36, 0.55)], color=KINDS["rnn"][1])
-    c.text(xs[-1] + 0.42, 0.83, "scores\nevery fⱼ", size=7.5, color=KINDS["rnn"][1], ha="left")
+    # h_{i-1} scores every f_j: a bus along the score row, with one arrow up into each score e_j. The bus
+    # breaks where it crosses the arrows from the features.
+    bus, purple, turn = 0.88, KINDS["rnn"][1], xs[-1] + 0.45
+    c.line([h_prev.left[0], turn, turn], [0.55, 0.55, bus], color=purple, width=1.2)
+    stops = [turn] + [v for x in reversed(xs[1:]) for v in (x - 0.05, x - 0.15)] + [xs[0] + 0.1]
+    for a, b in zip(stops[::2], stops[1::2]):
+        c.line([a, b], [bus, bus], color=purple, width=1.2)
+    for x in xs:
+        c.arrow((x + 0.1, bus), (x + 0.1, 1.03), color=purple, width=1.0)
+    c.text(turn + 0.04, 1.03, "scores\nevery fⱼ", size=7.5, color=purple, ha="left")
 
     ctx = c.box(hx, 2.35, 1.05, 0.42, "cᵢ = Σ αᵢⱼ fⱼ", kind="attention", size=9)
     c.line([xs[0] - 0.2, xs[0] - 0.2, xs[-1] + 0.2, xs[-1] + 0.2], [2.2, 2.3, 2.3, 2.2], color="#888888")
@@ -113,7 +121,7 @@ def soft_lookup() -> Canvas:
     row = 0.4
     top = 2.45
     # Left: the dictionary.
-    c.text(1.25, top + 0.3, "dict: exact match", size=9, weight="bold")
+    c.text(1.25, top + 0.47, "dict: exact match", size=9, weight="bold")
     c.box(0.35, top - 2 * row, 0.46, 0.3, "'spider'", kind="tensor", size=8)
     for k, w in enumerate(words):
         y = top - k * row
@@ -126,7 +134,7 @@ def soft_lookup() -> Canvas:
 
     # Right: attention over the same table.
     x_q, x_k, x_bar, x_v = 2.95, 4.0, 5.05, 6.35
-    c.text(5.0, top + 0.3, f"attention: every key gets a weight (β = {s['beta']:g})", size=9, weight="bold")
+    c.text(5.0, top + 0.47, f"attention: every key gets a weight (β = {s['beta']:g})", size=9, weight="bold")
     c.box(x_q, top - 2 * row, 0.62, 0.42, "q\ncat/ant", kind="tensor", size=7.5)
     c.shape(x_q, top - 2 * row - 0.36, s["q"], "q")
     for k, (w, a) in enumerate(zip(words, s["weights"])):

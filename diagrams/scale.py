@@ -61,11 +61,12 @@ def beam_search() -> Canvas:
     greedy.append(max(TOY_MODEL[tuple(greedy)], key=TOY_MODEL[tuple(greedy)].get))
     greedy_score = math.log(TOY_MODEL[()][greedy[0]]) + math.log(TOY_MODEL[tuple(greedy[:1])][greedy[1]])
     best, best_score, _ = max((item for item in columns[-1] if item[2]), key=lambda item: item[1])
-    c.text(6.9, 0.62, f"greedy: {' '.join(greedy)} ({greedy_score:.2f})\nbeam: {' '.join(best)} ({best_score:.2f})",
+    c.text(6.9, 0.86, "after step 2:", size=7.5, color=MUTED, ha="center")
+    c.text(6.9, 0.58, f"greedy: {' '.join(greedy)} ({greedy_score:.2f})\nbeam: {' '.join(best)} ({best_score:.2f})",
            size=8, ha="center", weight="bold")
     c.text(xs[1], 0.2, "step 1", size=8, color=MUTED)
     c.text(xs[2], 0.2, "step 2", size=8, color=MUTED)
-    c.text(6.9, 2.5, "blue: kept\ngrey: dropped", size=7.5, color=MUTED, ha="center")
+    c.text(6.9, 2.5, "blue: kept\nwhite: dropped", size=7.5, color=MUTED, ha="center")
     c.text(6.9, 1.3, "numbers: sum of\nlog-probabilities", size=7.5, color=MUTED, ha="center")
     return c
 
@@ -101,8 +102,12 @@ def sequential_vs_parallel() -> Canvas:
     for T_value in s["T_values"][-3:]:
         shape, n_bytes = s["weights"][T_value]
         a = side * T_value / largest
-        c.text(x0 + a + 0.05, y0 + a - 0.05, f"T = {T_value}: {n_bytes / 2**20:g} MiB", size=7.5, ha="left", va="top")
-        c.shape(x0 + a + 0.05, y0 + a - 0.25, shape, ha="left", size=7)
+        # Every label to the right of the largest square, level with the top of its own square.
+        if T_value != largest:
+            c.line([x0 + a, x0 + side + 0.03], [y0 + a, y0 + a], color="#c0772b", width=0.6, dashed=True)
+        c.text(x0 + side + 0.06, y0 + a, f"T = {T_value}: {n_bytes / 2**20:g} MiB", size=7.5, ha="left")
+        if T_value == largest:  # one shape is enough; inside the largest square, where there is room
+            c.shape(x0 + a - 0.08, y0 + a - 0.14, shape, ha="right", size=7)
     c.text(x0 + side / 2, y0 + side + 0.14, "weights of one head, float32", size=8, weight="bold")
     return c
 
@@ -118,27 +123,33 @@ def families() -> Canvas:
     causal = [[j <= i for j in range(n)] for i in range(n)]
     columns = [
         ("encoder-only (BERT)", [(full, "no mask: both sides")],
-         [(f"{cfg.num_encoder_layers} × encoder layer", "attention")], "predict hidden tokens", "EncoderOnlyLM"),
+         [(f"{cfg.num_encoder_layers} × encoder layer", "attention")], "predict masked tokens", "EncoderOnlyLM"),
         ("decoder-only (GPT)", [(causal, "causal mask")],
          [(f"{cfg.num_decoder_layers} × decoder layer,\nno cross-attention", "attention")], "predict the next token",
          "DecoderOnlyLM"),
         ("encoder-decoder (T5)", [(full, "encoder"), (causal, "decoder")],
-         [(f"{cfg.num_encoder_layers} × encoder layer", "attention"),
-          (f"{cfg.num_decoder_layers} × decoder layer\n+ cross-attention", "attention")],
+         [(f"{cfg.num_encoder_layers} × encoder\nlayer", "attention"),
+          (f"{cfg.num_decoder_layers} × decoder\nlayer with\ncross-attention", "attention")],
          "predict the target\ngiven the source", "Transformer"),
     ]
     for k, (title, grids, stacks, objective, cls) in enumerate(columns):
         x = 1.3 + k * 2.5
         c.text(x, 3.25, title, size=9, weight="bold")
         gx = x - (len(grids) * (n * cell + 0.25) - 0.25) / 2
+        centres = []
         for grid, label in grids:
             left, bottom, right, top = c.grid(gx, 3.0, grid, cell)
             c.text((left + right) / 2, bottom - 0.12, label, size=7, color=MUTED)
+            centres.append((left + right) / 2)
             gx += n * cell + 0.25
-        for m, (label, kind) in enumerate(stacks):
-            width = 2.1 / len(stacks) - 0.05
-            sx = x - 1.05 + width / 2 + m * (width + 0.1) if len(stacks) > 1 else x
-            c.box(sx, 1.5, width if len(stacks) > 1 else 2.0, 0.55, label, kind=kind, size=7 if len(stacks) > 1 else 7.5)
+        if len(stacks) == 1:
+            c.box(x, 1.5, 2.0, 0.55, stacks[0][0], kind=stacks[0][1], size=7.5)
+        else:
+            # Encoder and decoder, each under its own mask, the encoder's output carried into the decoder.
+            boxes = [c.box(sx, 1.5, 0.8, 0.55, label, kind=kind, size=6.5)
+                     for sx, (label, kind) in zip(centres, stacks)]
+            c.arrow(boxes[0].right, boxes[1].left, width=1.0)
+            c.text((boxes[0].right[0] + boxes[1].left[0]) / 2, 1.62, "memory", size=6.5, color=MUTED)
         c.text(x, 0.88, objective, size=8, va="center")
         c.text(x, 0.42, f"tfmini.{cls}", size=7.5, mono=True, color=MUTED)
     return c

@@ -247,9 +247,12 @@ def full_transformer() -> dict:
 
 @functools.cache
 def kv_cache() -> dict:
-    """Chapter 9: decoding with a KV cache, four steps into the chapter's batch of long sources."""
+    """Chapter 9: decoding with a KV cache, five steps into the chapter's batch of long sources.
+
+    Five, not four: the chapter's model has four heads, and a step count equal to the number of heads
+    would make the cache's shape (B, H, t, d/H) ambiguous to read."""
     model, src, _ = _chapter9_model()
-    rows, steps = slice_stop(9, "long_src"), 4
+    rows, steps = slice_stop(9, "long_src"), 5
     with torch.no_grad():
         state = model.start_decoding(src[:rows])
         ys = torch.full((rows, 1), 1)
@@ -257,6 +260,7 @@ def kv_cache() -> dict:
             logits = model.decode_next(ys, state)
             ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], dim=1)
         cache = state["cache"][0]
+        assert cache["k"].shape[2] == steps, "after step t the cache holds t keys"
         q = model.decoder.layers[0].self_attn.project_q(torch.randn(rows, 1, model.cfg.d_model))
     return {"layers": len(state["cache"]), "k": _shape(cache["k"]), "v": _shape(cache["v"]),
             "memory_k": _shape(cache["memory_k"]), "q": _shape(q), "scores": (*q.shape[:3], cache["k"].shape[2]),
