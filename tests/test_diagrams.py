@@ -204,3 +204,25 @@ def test_every_diagram_is_shown_by_its_chapter():
             continue  # the chapter is not written yet
         assert shown.get(diagram.file) == diagram.chapter, (
             f"{diagram.file} belongs to chapter {diagram.chapter}, which does not show it")
+
+
+def test_beam_search_caption_quotes_the_toy_model():
+    """The log-probabilities in chapter 9's beam-search caption are those of the diagram's toy model."""
+    import math
+
+    from diagrams.scale import TOY_MODEL
+
+    def logp(*tokens):
+        return sum(math.log(TOY_MODEL[tokens[:i]][tok]) for i, tok in enumerate(tokens))
+
+    text = "\n".join(c.source for c in nbformat.read(ROOT / "chapters" / "09_full_transformer.ipynb", as_version=4).cells
+                     if c.cell_type == "markdown")
+    figure = next(m for m in FIGURE.finditer(text) if m["file"] == "beam_search.svg")["body"]
+    quoted = {float(x.replace("−", "-")) for x in re.findall(r"[−-]\d+\.\d\d", figure)}
+    sequences = [(t,) for t in TOY_MODEL[()]] + [p + (t,) for p in TOY_MODEL if p for t in TOY_MODEL[p]]
+    sequences += [p + (t,) for p in TOY_MODEL if len(p) == 2 for t in TOY_MODEL[p]]
+    possible = {round(logp(*seq), 2) for seq in sequences if all(seq[:i] in TOY_MODEL for i in range(len(seq)))}
+    central = {round(logp(*seq), 2) for seq in (("2", "4"), ("4", "2"), ("2", "4", "<eos>"), ("4", "2", "<eos>"))}
+    assert quoted <= possible, f"beam-search caption and alt text quote {sorted(quoted - possible)}, not in the toy model"
+    assert central <= quoted, f"the caption should quote greedy's and beam search's results {sorted(central)}"
+    assert logp("4", "2") > logp("2", "4") and logp("4", "2", "<eos>") > logp("2", "4", "<eos>")
