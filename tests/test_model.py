@@ -56,6 +56,8 @@ def test_config_rejects_d_model_not_divisible_by_heads(d_model, num_heads):
     (dict(positional="rotary"), r"positional: expected 'sinusoidal' or 'learned', got 'rotary'"),
     (dict(vocab_size=0, pad_id=0), r"vocab_size: expected >= 1, got 0"),
     (dict(max_len=0), r"max_len: expected >= 1, got 0"),
+    (dict(num_heads=0), r"num_heads: expected >= 1, got 0"),
+    (dict(d_model=0), r"d_model: expected >= 1, got 0"),
     (dict(pad_id=11), r"pad_id: expected in \[0, 10\], got 11"),
     (dict(pad_id=-1), r"pad_id: expected in \[0, 10\], got -1"),
 ])

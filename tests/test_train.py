@@ -160,6 +160,30 @@ def test_fit_honours_epochs(epochs, batch_size):
     assert fit(new_model(cfg), Batches(data, 4), epochs=3, steps=5, log_every=1, progress=False).step[-1] == 5
 
 
+def test_fit_cosine_schedule_with_epochs_spans_every_step():
+    cfg, data = copy_setup(16)
+    batches = Batches(data, 4)                                 # 4 batches a pass
+    hist = fit(new_model(cfg), batches, epochs=3, lr=1e-2, warmup_steps=2, schedule="cosine", log_every=1,
+               progress=False)
+    assert hist.step[-1] == 12
+    assert hist.lr[-1] == pytest.approx(0.0, abs=1e-12) and max(hist.lr) == pytest.approx(1e-2)
+
+
+def test_fit_with_epochs_needs_batches_with_a_length():
+    cfg, data = copy_setup(16)
+    with pytest.raises(ValueError, match="batches: with epochs and no steps, expected batches with a length"):
+        fit(new_model(cfg), iter(list(Batches(data, 4))), epochs=1, progress=False)
+
+
+def test_fit_over_a_used_up_iterator_stops_with_an_error():
+    cfg, data = copy_setup(16)
+    one_shot = iter(list(Batches(data, 4)))                    # 4 batches, then nothing
+    with pytest.raises(ValueError, match="batches: a pass over them gave no batch after 4 steps"):
+        fit(new_model(cfg), one_shot, steps=10, progress=False)
+    # enough batches for the steps asked: a one-shot iterator is fine
+    assert fit(new_model(cfg), iter(list(Batches(data, 4))), steps=3, log_every=1, progress=False).step[-1] == 3
+
+
 def test_fit_records_the_learning_rate_of_the_warmup():
     cfg, data = copy_setup(16)
     hist = fit(new_model(cfg), Batches(data, 4), steps=8, lr=1e-2, warmup_steps=4, log_every=1, progress=False)

@@ -57,13 +57,13 @@ class TransformerConfig:
     pad_id: int = 0
 
     def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_heads", "max_len"):   # before d_model % num_heads
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f"positional: expected 'sinusoidal' or 'learned', got {self.positional!r}")
-        for name in ("vocab_size", "d_model", "num_heads", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id: expected in [0, {self.vocab_size - 1}], got {self.pad_id}")
 

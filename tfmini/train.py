@@ -236,7 +236,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         loss_fn: ``loss_fn(model, batch) -> scalar loss`` for models that are not next-token
             predictors (e.g. a tagger); default: :func:`batch_loss` with ``pad_id`` and ``label_smoothing``.
         schedule, total_steps: the learning-rate shape after the warm-up (see :func:`warmup_schedule`);
-            with ``schedule="cosine"``, ``total_steps`` defaults to ``steps``.
+            with ``schedule="cosine"``, ``total_steps`` defaults to ``steps``, or without ``steps`` to
+            ``epochs * len(batches)``.
 
     Under ``torchrun`` (after :func:`tfmini.distributed.init_from_env`), ``fit`` trains data-parallel
     with :class:`~torch.nn.parallel.DistributedDataParallel`: every rank draws the same global batch
@@ -263,10 +264,13 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     if parallel:
         from torch.nn.parallel import DistributedDataParallel
         net = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = warmup_schedule(opt, warmup_steps, schedule, total_steps if total_steps is not None else steps)
-    hist, bar = History(), _Progress(progress and rank == 0)
+    if steps is None and not hasattr(batches, "__len__"):
+        raise ValueError(f"batches: with epochs and no steps, expected batches with a length (such as "
+                         f"tfmini.Batches or a DataLoader), got {type(batches).__name__}")
     total = steps if steps is not None else epochs * len(batches)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = warmup_schedule(opt, warmup_steps, schedule, total_steps if total_steps is not None else total)
+    hist, bar = History(), _Progress(progress and rank == 0)
     step, epoch, start, stop = 0, 0, time.perf_counter(), False
 
     def run_eval():
@@ -279,6 +283,7 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     model.train()
     try:
         while not stop and (epochs is None or epoch < epochs):
+            before = step
             for batch in batches:
                 batch = _to(batch, device)
                 if parallel:
@@ -312,6 +317,9 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
                 if stop or step == steps:
                     stop = True
                     break
+            if step == before:     # a one-shot iterator that is used up, or no data: another pass never ends
+                raise ValueError(f"batches: a pass over them gave no batch after {step} steps (an exhausted "
+                                 f"iterator or an empty dataset); expected a re-iterable such as tfmini.Batches")
             epoch += 1
         if eval_fn is not None and (not hist.evals or hist.evals[-1]["step"] != step):
             run_eval()
