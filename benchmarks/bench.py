@@ -183,7 +183,7 @@ def bench_tokenizer(vocab_size, repeats):
     ours, hf = made["ours"], made["hf"]
     print(f"training on {len(train_text.encode()) / 1e6:.2f} MB: tfmini {t['ours']:.2f} s, tokenizers {t['hf']:.2f} s | "
           f"ratio {t['ours'] / t['hf']:.2f}")
-    u2b = {c: b for b, c in zip(range(256), _gpt2_byte_chars())}
+    u2b = {c: b for b, c in enumerate(tfmini.tokenizer.gpt2_byte_chars())}
     hf_merges = [m.split(" ") if isinstance(m, str) else m for m in json.loads(hf.to_str())["model"]["merges"]]
     hf_merges = {tuple(bytes(u2b[c] for c in part) for part in m) for m in hf_merges}
     our_merges = {(ours.vocab[a], ours.vocab[b]) for a, b in ours.merges}
@@ -211,13 +211,6 @@ def bench_tokenizer(vocab_size, repeats):
     print(f"whole text: {len(enc['ours']):,} tokens from tfmini, {len(enc['hf']):,} from tokenizers; "
           f"token boundaries in common: {len(ends['ours'] & ends['hf']) / len(ends['ours'] | ends['hf']):.2%}")
     return cold["ours"] / cold["hf"]
-
-
-def _gpt2_byte_chars():
-    """GPT-2's printable stand-in for each byte 0..255 (the alphabet of Hugging Face's ByteLevel)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    extra = iter(range(256, 512))
-    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
 
 
 def main():

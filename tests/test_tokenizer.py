@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfmini
-from tfmini.tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer, gpt2_split_regex, merge_pair, pair_counts
+from tfmini.tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer, gpt2_byte_chars, gpt2_split_regex, merge_pair, pair_counts
 
 HARD = ["", " ", "   ", "\n\n", "\r\n", "a\r\nb", "\t\t x", "e\u0301", "\u00e9", "👋🏽", "👨‍👩‍👧", "世界", "日本語の文",
         "\x00\x01\x7f", "\u200b", "\ufeff", "\ud800", "a\udfffb", "it's", "I'M", "x_y", "__init__", "²³", "١٢٣",
@@ -278,15 +278,14 @@ def test_load_rejects_other_files(tmp_path):
 # ---- against Hugging Face's tokenizers -----------------------------------------------------------
 
 def _byte_level_alphabet():
-    """GPT-2's map from bytes to printable characters, which Hugging Face's ByteLevel uses."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+    return dict(enumerate(gpt2_byte_chars()))
+
+
+def test_gpt2_byte_chars_is_hugging_faces_byte_level_alphabet():
+    chars = gpt2_byte_chars()
+    assert len(set(chars)) == 256 and chars[ord("a")] == "a" and chars[ord(" ")] == "Ġ" and chars[ord("\n")] == "Ċ"
+    tokenizers = pytest.importorskip("tokenizers")
+    assert set(chars) == set(tokenizers.pre_tokenizers.ByteLevel.alphabet())
 
 
 def test_pre_tokenization_equals_hugging_face(tok, source):

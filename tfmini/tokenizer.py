@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-__all__ = ["BPETokenizer", "GPT2_SPLIT_PATTERN", "gpt2_split_regex", "merge_pair", "pair_counts"]
+__all__ = ["BPETokenizer", "GPT2_SPLIT_PATTERN", "gpt2_byte_chars", "gpt2_split_regex", "merge_pair", "pair_counts"]
 
 GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 r"""GPT-2's pre-tokenization pattern (Radford et al., 2019), as GPT-2 writes it for the ``regex`` package.
@@ -64,6 +64,18 @@ def gpt2_split_regex() -> "re.Pattern":
         L, N, S = _category_class("L"), _category_class("N"), _WHITE_SPACE
         _GPT2_REGEX = re.compile(f"'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+")
     return _GPT2_REGEX
+
+
+def gpt2_byte_chars() -> List[str]:
+    """GPT-2's printable stand-in character for each byte value, as Hugging Face's ByteLevel writes tokens.
+
+    Returns:
+        256 distinct one-character strings, one per byte value. A printable Latin-1 byte stands for
+        itself; the others (spaces, controls and the like) get the characters from U+0100 on, in order.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
 
 
 Pair = Tuple[int, int]
