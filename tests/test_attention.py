@@ -421,10 +421,21 @@ def test_mha_gradcheck(need_weights, with_mask):
 
 # --------------------------------------------------------------------------------------------- MHA validation
 
-@pytest.mark.parametrize("d_model, num_heads", [(10, 3), (16, 5), (8, 0)])
+@pytest.mark.parametrize("d_model, num_heads", [(10, 3), (16, 5)])
 def test_mha_rejects_d_model_not_divisible_by_heads(d_model, num_heads):
     with pytest.raises(ValueError, match=rf"d_model: expected a multiple of num_heads={num_heads}, got d_model={d_model}"):
         MultiHeadAttention(d_model, num_heads)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_heads=0), r"num_heads: expected >= 1, got 0"),
+    (dict(num_heads=4, num_kv_heads=3), r"num_kv_heads: expected a divisor of num_heads=4, got 3"),
+    (dict(num_heads=4, num_kv_heads=0), r"num_kv_heads: expected a divisor of num_heads=4, got 0"),
+    (dict(num_heads=4, head_dim=0), r"head_dim: expected >= 1, got 0"),
+])
+def test_mha_rejects_bad_heads(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(8, **kwargs)
 
 
 @pytest.mark.parametrize("arg, shapes", [

@@ -43,7 +43,7 @@ def test_feed_forward_is_position_wise():
 
 
 def test_feed_forward_rejects_unknown_activation():
-    with pytest.raises(ValueError, match=r"activation: expected one of \['gelu', 'relu'\], got 'tanh'"):
+    with pytest.raises(ValueError, match=r"activation: expected one of \['gelu', 'gelu_tanh', 'relu'\], got 'tanh'"):
         FeedForward(8, 12, activation="tanh")
 
 

@@ -53,7 +53,13 @@ def test_config_rejects_d_model_not_divisible_by_heads(d_model, num_heads):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(positional="rotary"), r"positional: expected 'sinusoidal' or 'learned', got 'rotary'"),
+    (dict(positional="rotary"), r"positional: expected 'sinusoidal', 'learned' or 'rope', got 'rotary'"),
+    (dict(norm="batchnorm"), r"norm: expected one of \['layernorm', 'rmsnorm'\], got 'batchnorm'"),
+    (dict(activation="tanh"), r"activation: expected one of \['relu', 'gelu', 'gelu_tanh', 'swiglu'\], got 'tanh'"),
+    (dict(num_kv_heads=3), r"num_kv_heads: expected a divisor of num_heads=2, got 3"),
+    (dict(head_dim=0), r"head_dim: expected >= 1 or None, got 0"),
+    (dict(positional="rope", head_dim=5), r"head_dim: expected an even head width for positional='rope', got 5"),
+    (dict(type_vocab_size=-1), r"type_vocab_size: expected >= 0, got -1"),
     (dict(vocab_size=0, pad_id=0), r"vocab_size: expected >= 1, got 0"),
     (dict(max_len=0), r"max_len: expected >= 1, got 0"),
     (dict(num_heads=0), r"num_heads: expected >= 1, got 0"),

@@ -9,10 +9,11 @@ from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScor
 from .data import (Batches, Vocab, copy_task, encode_pairs, load_parallel_tsv, number_words, pad_sequences,
                    reverse_task, sort_task, spelled_numbers, spelled_numbers_alignment)
 from .decoding import beam_search, greedy_decode, sample, select_batch
-from .layers import DecoderLayer, EncoderLayer, FeedForward
+from .layers import DecoderLayer, EncoderLayer, FeedForward, RMSNorm, SwiGLU
 from .masks import attention_mask, causal_mask, pad_mask, padding_mask
 from .model import Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, TokenEmbedding, Transformer, TransformerConfig
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding
+from .positional import (LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rope,
+                         rope_cos_sin, rotate_half, sinusoidal_positional_encoding)
 from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_tokens, masked_lm_loss,
                           python_source_text, train_val_split)
 from .tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer

@@ -250,23 +250,30 @@ def _fused_attention(q, k, v, attn_mask, dropout_p, is_causal):
 
 
 class MultiHeadAttention(nn.Module):
-    r"""Multi-head attention (Vaswani et al., 2017), batch-first.
+    r"""Multi-head attention (Vaswani et al., 2017), batch-first, with optional grouped-query attention.
 
     .. math::
         \mathrm{head}_i = \mathrm{Attention}(Q W^Q_i, K W^K_i, V W^V_i), \quad
         \mathrm{MHA}(Q, K, V) = [\mathrm{head}_1; \dots; \mathrm{head}_H] W^O
 
-    All heads are computed at once: project to ``D``, split into ``H`` heads of width ``D / H``
+    All heads are computed at once: project to ``H * Dh``, split into ``H`` heads of width ``Dh``
     and treat heads as a batch axis. With ``need_weights=False`` the fused
     ``F.scaled_dot_product_attention`` kernel is used; with ``need_weights=True`` the explicit
     :func:`scaled_dot_product_attention` (both give the same output). For self-attention
     (``query is key is value``) the three input projections run as one matrix product.
 
+    Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads=G`` < ``H`` there are only
+    ``G`` key and value heads, each shared by ``H / G`` consecutive query heads (query head ``h``
+    reads key/value head ``h // (H / G)``); ``G = 1`` is multi-query attention (Shazeer, 2019). A
+    KV cache then holds ``G`` heads, not ``H``.
+
     Args:
         d_model: model width ``D``.
-        num_heads: number of heads ``H``; must divide ``d_model``.
+        num_heads: number of query heads ``H``; must divide ``d_model`` unless ``head_dim`` is given.
         dropout: dropout on the attention weights (training only).
         bias: whether the four projections have biases.
+        num_kv_heads: number of key/value heads ``G`` (default ``H``); must divide ``H``.
+        head_dim: width ``Dh`` of a head (default ``D / H``).
 
     ``forward(query, key, value, attn_mask=None, need_weights=False, is_causal=False)``: ``attn_mask``
     is bool, broadcastable to ``(B, H, T, S)``, True = may attend; ``need_weights`` also returns the
@@ -278,21 +285,33 @@ class MultiHeadAttention(nn.Module):
         query ``(B, T, D)``, key and value ``(B, S, D)`` -> out ``(B, T, D)``, weights ``(B, H, T, S)`` or None.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 num_kv_heads: Optional[int] = None, head_dim: Optional[int] = None):
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
+        if num_heads < 1:
+            raise ValueError(f"num_heads: expected >= 1, got {num_heads}")
+        if head_dim is None and d_model % num_heads != 0:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={num_heads}, got d_model={d_model} "
-                f"(d_model % num_heads = {d_model % num_heads if num_heads > 0 else 'undefined'})"
+                f"(d_model % num_heads = {d_model % num_heads})"
             )
+        if head_dim is not None and head_dim < 1:
+            raise ValueError(f"head_dim: expected >= 1, got {head_dim}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
         self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim or d_model // num_heads
+        inner, kv_inner = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=bias)
+        self.k_proj = nn.Linear(d_model, kv_inner, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_inner, bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        self._fused = None  # (key, weight, bias): the stacked q/k/v projection, rebuilt when a parameter changes
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        return rearrange(x, "b t (h dh) -> b h t dh", h=self.num_heads)  # (B, H, T, Dh)
+    def _split(self, x: torch.Tensor, heads: Optional[int] = None) -> torch.Tensor:
+        return rearrange(x, "b t (h dh) -> b h t dh", h=heads or self.num_heads)  # (B, H, T, Dh)
 
     def project_q(self, query: torch.Tensor) -> torch.Tensor:
         """``(B, T, D)`` -> queries ``(B, H, T, Dh)``."""
@@ -300,27 +319,60 @@ class MultiHeadAttention(nn.Module):
         return self._split(self.q_proj(query))
 
     def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(B, S, D)`` -> keys and values ``(B, H, S, Dh)``; exposed so a decoder can cache them."""
+        """``(B, S, D)`` -> keys and values ``(B, G, S, Dh)``; exposed so a decoder can cache them."""
         check_3d(key, "key", self.d_model)
         check_3d(value, "value", self.d_model)
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(f"value: expected (B, S) = {tuple(key.shape[:2])} as in key, got shape {tuple(value.shape)}")
-        return self._split(self.k_proj(key)), self._split(self.v_proj(value))
+        G = self.num_kv_heads
+        return self._split(self.k_proj(key), G), self._split(self.v_proj(value), G)
+
+    def _qkv_weight(self):
+        """The q, k and v projections stacked into one ``((H + 2G) Dh, D)`` weight (and bias).
+
+        Stacking copies the three matrices. Where gradients must flow to them it is done on every call;
+        otherwise (inference, generation) the stacked copy is kept and rebuilt only when one of the
+        parameters was changed, moved or replaced (its storage or its in-place version counter).
+        """
+        params = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+        if self.q_proj.bias is not None:
+            params += [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            self._fused = None
+            bias = torch.cat(params[3:]) if len(params) == 6 else None
+            return torch.cat(params[:3]), bias
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        if self._fused is None or self._fused[0] != key:
+            with torch.no_grad():
+                bias = torch.cat(params[3:]) if len(params) == 6 else None
+                self._fused = (key, torch.cat(params[:3]), bias)
+        return self._fused[1], self._fused[2]
 
     def project_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention projections in one matrix product: ``(B, T, D)`` -> three ``(B, H, T, Dh)``."""
+        """Self-attention projections in one matrix product: ``(B, T, D)`` -> ``(B, H, T, Dh)``, ``(B, G, T, Dh)`` twice."""
         check_3d(x, "query", self.d_model)
-        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
-        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-        qkv = rearrange(F.linear(x, weight, bias), "b t (three h dh) -> three b h t dh", three=3, h=self.num_heads)
-        return qkv[0], qkv[1], qkv[2]  # (B, H, T, Dh) each
+        weight, bias = self._qkv_weight()
+        H, G, Dh = self.num_heads, self.num_kv_heads, self.head_dim
+        if G == H:
+            qkv = rearrange(F.linear(x, weight, bias), "b t (three h dh) -> three b h t dh", three=3, h=H)
+            return qkv[0], qkv[1], qkv[2]  # (B, H, T, Dh) each
+        q, k, v = F.linear(x, weight, bias).split([H * Dh, G * Dh, G * Dh], dim=-1)
+        return self._split(q, H), self._split(k, G), self._split(v, G)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_mask: Optional[torch.Tensor] = None, need_weights: bool = False,
                is_causal: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Attention over projected heads ``q (B, H, T, Dh)``, ``k, v (B, H, S, Dh)``, then merge heads and ``out_proj``."""
+        """Attention over projected heads ``q (B, H, T, Dh)``, ``k, v (B, G, S, Dh)``, then merge heads and ``out_proj``.
+
+        With ``G < H`` key/value head ``g`` serves query heads ``g * H/G .. (g + 1) * H/G - 1``."""
         if q.shape[0] != k.shape[0]:
             raise ValueError(f"key: expected batch size {q.shape[0]} as in query, got {k.shape[0]}")
+        if k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads:
+            raise ValueError(f"k, v: expected {self.num_kv_heads} key/value heads (dim 1), "
+                             f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
+        if self.num_kv_heads != self.num_heads:
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, Dh)
         B, H, T, _ = q.shape
         S = k.shape[2]
         if attn_mask is not None:

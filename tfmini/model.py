@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from ._checks import check_token_ids
-from .layers import DecoderLayer, EncoderLayer
+from .layers import FFN_ACTIVATIONS, NORMS, DecoderLayer, EncoderLayer, make_norm
 from .masks import attention_mask
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 
 __all__ = ["TransformerConfig", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM", "EncoderOnlyLM"]
 
@@ -34,11 +34,26 @@ class TransformerConfig:
         d_model, num_heads, d_ff, dropout: as in the paper; ``d_ff`` defaults to ``4 * d_model``.
         num_encoder_layers, num_decoder_layers: stack depths (a decoder-only model uses the latter).
         max_len: longest sequence the positional encoding covers.
-        norm_first: False = post-LN (the paper), True = pre-LN (with a final LayerNorm per stack).
-        positional: ``"sinusoidal"`` or ``"learned"``.
+        norm_first: False = post-LN (the paper), True = pre-LN (with a final norm per stack).
+        positional: ``"sinusoidal"``, ``"learned"`` or ``"rope"`` (rotary positions on queries and keys).
         tie_weights: share the target embedding matrix with the output projection.
-        activation: ``"relu"`` or ``"gelu"`` in the feed-forward networks.
+        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"swiglu"`` (a gated FFN) in the feed-forward networks.
         pad_id: id of the padding token (masked out as a key).
+        norm: ``"layernorm"`` or ``"rmsnorm"``.
+        norm_eps: the ``eps`` of every norm.
+        num_kv_heads: key/value heads of grouped-query attention (default ``num_heads``: multi-head attention).
+        head_dim: width of a head (default ``d_model // num_heads``).
+        attention_bias, ffn_bias: whether the attention projections and the feed-forward maps have biases.
+        embed_scale: multiply token embeddings by ``sqrt(d_model)`` (the paper); GPT-2, BERT and Llama do not.
+        rope_theta: base of RoPE's frequencies.
+        embed_norm: a norm (and dropout) after adding positions to the embeddings, as BERT has.
+        type_vocab_size: number of token types (BERT's segments A/B); 0 = none.
+        mlm_transform: an encoder-only model's output head is BERT's (dense, activation, LayerNorm, then the
+            projection with a bias) instead of one projection.
+
+    Defaults give the Transformer of Vaswani et al.; :func:`tfmini.from_huggingface` sets the options
+    of GPT-2, BERT and Llama, and ``norm="rmsnorm", positional="rope", activation="swiglu",
+    num_kv_heads=G`` with ``norm_first=True`` and no biases is a Llama-style decoder.
     """
 
     vocab_size: int
@@ -55,15 +70,38 @@ class TransformerConfig:
     tie_weights: bool = True
     activation: str = "relu"
     pad_id: int = 0
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    num_kv_heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    attention_bias: bool = True
+    ffn_bias: bool = True
+    embed_scale: bool = True
+    rope_theta: float = 10000.0
+    embed_norm: bool = False
+    type_vocab_size: int = 0
+    mlm_transform: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_heads", "max_len"):   # before d_model % num_heads
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
-        if self.d_model % self.num_heads:
+        if self.head_dim is None and self.d_model % self.num_heads:
             raise ValueError(f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional: expected 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.head_dim is not None and self.head_dim < 1:
+            raise ValueError(f"head_dim: expected >= 1 or None, got {self.head_dim}")
+        if self.num_kv_heads is not None and (self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):
+            raise ValueError(f"num_kv_heads: expected a divisor of num_heads={self.num_heads}, got {self.num_kv_heads}")
+        if self.positional not in ("sinusoidal", "learned", "rope"):
+            raise ValueError(f"positional: expected 'sinusoidal', 'learned' or 'rope', got {self.positional!r}")
+        if self.positional == "rope" and self.head_width % 2:
+            raise ValueError(f"head_dim: expected an even head width for positional='rope', got {self.head_width}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm: expected one of {list(NORMS)}, got {self.norm!r}")
+        if self.activation not in FFN_ACTIVATIONS:
+            raise ValueError(f"activation: expected one of {list(FFN_ACTIVATIONS)}, got {self.activation!r}")
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size: expected >= 0, got {self.type_vocab_size}")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id: expected in [0, {self.vocab_size - 1}], got {self.pad_id}")
 
@@ -75,6 +113,11 @@ class TransformerConfig:
     def ffn_dim(self) -> int:
         return self.d_ff or 4 * self.d_model
 
+    @property
+    def head_width(self) -> int:
+        """The width ``Dh`` of one attention head."""
+        return self.head_dim or self.d_model // self.num_heads
+
 
 class TokenEmbedding(nn.Module):
     r"""Token embedding scaled by :math:`\sqrt{d}` (section 3.4 of Vaswani et al., 2017), with id checks.
@@ -82,6 +125,8 @@ class TokenEmbedding(nn.Module):
     Args:
         vocab_size: number of token ids.
         d_model: width ``D`` of the embeddings.
+        scale: multiply by :math:`\sqrt{d}` (the paper). With ``scale=False`` (GPT-2, BERT, Llama) the
+            embeddings are used as they are and initialised with standard deviation 0.02, as GPT-2's.
 
     ``forward(ids, name="ids", check_range=True)`` always checks the ids' shape and dtype (metadata
     only); ``check_range`` also checks that they lie in ``[0, vocab_size)``, which reads them (a
@@ -91,15 +136,16 @@ class TokenEmbedding(nn.Module):
     Shape: ids ``(B, T)`` -> ``(B, T, D)``.
     """
 
-    def __init__(self, vocab_size: int, d_model: int):
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
-        self.scale = math.sqrt(d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5 if scale else 0.02)
+        self.scale = math.sqrt(d_model) if scale else None
 
     def forward(self, ids: torch.Tensor, name: str = "ids", check_range: bool = True) -> torch.Tensor:
         check_token_ids(ids, self.embedding.num_embeddings, name, check_range)
-        return self.embedding(ids) * self.scale
+        x = self.embedding(ids)
+        return x if self.scale is None else x * self.scale
 
 
 def _check_ids(ids: torch.Tensor, cfg: TransformerConfig, vocab_size: int, name: str) -> None:
@@ -110,14 +156,50 @@ def _check_ids(ids: torch.Tensor, cfg: TransformerConfig, vocab_size: int, name:
                          f"got shape {tuple(ids.shape)}")
 
 
-def _positional(cfg: TransformerConfig) -> nn.Module:
-    cls = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
-    return cls(cfg.d_model, cfg.max_len, cfg.dropout)
+def _init_embeddings(stack: nn.Module, cfg: TransformerConfig, vocab_size: int) -> None:
+    """Give a stack its input modules: ``embed`` (tokens), ``pos`` (absolute positions, or only the
+    dropout for RoPE, whose tables go to ``rope``), ``token_type`` and ``embed_norm`` where configured."""
+    stack.embed = TokenEmbedding(vocab_size, cfg.d_model, cfg.embed_scale)
+    drop = 0.0 if cfg.embed_norm else cfg.dropout  # BERT: the norm comes between the sum and the dropout
+    if cfg.positional == "sinusoidal":
+        stack.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len, drop)
+    elif cfg.positional == "learned":
+        stack.pos = LearnedPositionalEncoding(cfg.d_model, cfg.max_len, drop)
+    else:
+        stack.pos = nn.Dropout(drop)
+    stack.rope = RotaryEmbedding(cfg.head_width, cfg.max_len, cfg.rope_theta) if cfg.positional == "rope" else None
+    stack.token_type = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
+    if stack.token_type is not None:
+        nn.init.normal_(stack.token_type.weight, std=0.02)
+    stack.embed_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.embed_norm else None
+    stack.embed_drop = nn.Dropout(cfg.dropout) if cfg.embed_norm else None
+
+
+def _embed(stack: nn.Module, ids: torch.Tensor, name: str, check_range: bool, offset: int = 0,
+           token_type_ids: Optional[torch.Tensor] = None):
+    """A stack's input ``(B, T, D)`` for ``ids (B, T)`` at positions ``offset ..``, and RoPE's
+    ``(cos, sin)`` tables for those positions (None without RoPE)."""
+    x = stack.embed(ids, name, check_range)
+    if stack.rope is not None:
+        rope, x = stack.rope(ids.shape[1], offset), stack.pos(x)
+    else:
+        rope, x = None, stack.pos(x, offset=offset)
+    if stack.token_type is not None:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(ids)
+        elif token_type_ids.shape != ids.shape:
+            raise ValueError(f"token_type_ids: expected shape {tuple(ids.shape)} as ids, got {tuple(token_type_ids.shape)}")
+        x = x + stack.token_type(token_type_ids)
+    if stack.embed_norm is not None:
+        x = stack.embed_drop(stack.embed_norm(x))
+    return x, rope
 
 
 def _layer_kwargs(cfg: TransformerConfig) -> dict:
     return dict(d_model=cfg.d_model, num_heads=cfg.num_heads, d_ff=cfg.ffn_dim, dropout=cfg.dropout,
-                norm_first=cfg.norm_first, activation=cfg.activation)
+                norm_first=cfg.norm_first, activation=cfg.activation, layer_norm_eps=cfg.norm_eps,
+                norm=cfg.norm, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                attention_bias=cfg.attention_bias, ffn_bias=cfg.ffn_bias)
 
 
 class Encoder(nn.Module):
@@ -126,8 +208,9 @@ class Encoder(nn.Module):
     Args:
         cfg: the model's :class:`TransformerConfig`.
 
-    ``forward(src, need_weights=False, check_range=True)``: ``check_range=False`` skips the check
-    that the ids are in the vocabulary (see :class:`TokenEmbedding`), for callers that made it.
+    ``forward(src, need_weights=False, check_range=True, token_type_ids=None)``: ``check_range=False``
+    skips the check that the ids are in the vocabulary (see :class:`TokenEmbedding`), for callers
+    that made it; ``token_type_ids (B, S)`` (default zeros) is read when ``cfg.type_vocab_size > 0``.
 
     Shape: src ``(B, S)`` -> memory ``(B, S, D)`` and a list of per-layer self-attention weights
     ``(B, H, S, S)`` (empty unless ``need_weights``).
@@ -136,17 +219,17 @@ class Encoder(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = TokenEmbedding(cfg.source_vocab_size, cfg.d_model)
-        self.pos = _positional(cfg)
+        _init_embeddings(self, cfg, cfg.source_vocab_size)
         self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.num_encoder_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
 
-    def forward(self, src: torch.Tensor, need_weights: bool = False, check_range: bool = True):
+    def forward(self, src: torch.Tensor, need_weights: bool = False, check_range: bool = True,
+                token_type_ids: Optional[torch.Tensor] = None):
         mask = attention_mask(key_padding=src != self.cfg.pad_id)  # (B, 1, 1, S)
-        x = self.pos(self.embed(src, "src", check_range))
+        x, rope = _embed(self, src, "src", check_range, token_type_ids=token_type_ids)
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, need_weights)
+            x, w = layer(x, mask, need_weights, rope=rope)
             if need_weights:
                 weights.append(w)
         return self.norm(x), weights
@@ -172,11 +255,10 @@ class Decoder(nn.Module):
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = True):
         super().__init__()
         self.cfg = cfg
-        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model)
-        self.pos = _positional(cfg)
+        _init_embeddings(self, cfg, cfg.vocab_size)
         self.layers = nn.ModuleList(DecoderLayer(**_layer_kwargs(cfg), cross_attention=cross_attention)
                                     for _ in range(cfg.num_decoder_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_first else nn.Identity()
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.embed.embedding.weight
@@ -189,12 +271,12 @@ class Decoder(nn.Module):
                 memory_pad: Optional[torch.Tensor] = None, cache: Optional[List[dict]] = None,
                 need_weights: bool = False, check_range: bool = True):
         offset = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
-        x = self.pos(self.embed(tgt, "tgt", check_range), offset=offset)
+        x, rope = _embed(self, tgt, "tgt", check_range, offset)
         memory_mask = attention_mask(key_padding=memory_pad) if memory_pad is not None else None
         weights = []
         for i, layer in enumerate(self.layers):
             x, w = layer(x, memory, memory_mask=memory_mask, cache=cache[i] if cache is not None else None,
-                         need_weights=need_weights, is_causal=True)
+                         need_weights=need_weights, is_causal=True, rope=rope)
             if need_weights:
                 weights.append(w)
         return self.lm_head(self.norm(x)), weights
@@ -309,8 +391,10 @@ class EncoderOnlyLM(nn.Module):
     Trained with :func:`tfmini.pretraining.masked_lm_loss`, it predicts the tokens hidden in its
     input, :math:`p(x_t \mid \tilde x_1, \dots, \tilde x_T)` at every position; its final hidden
     states (:meth:`hidden_states`) are contextual vectors of the tokens. With ``cfg.tie_weights`` the
-    projection is the embedding matrix, :math:`\text{logits} = Z E^\top` (BERT adds a small dense layer
-    and a bias before it; omitted here). Uses ``vocab_size`` and ``num_encoder_layers`` of the config.
+    projection is the embedding matrix, :math:`\text{logits} = Z E^\top`. BERT puts a dense layer, its
+    activation and a LayerNorm before it and adds a bias: ``cfg.mlm_transform=True``. Uses
+    ``vocab_size`` and ``num_encoder_layers`` of the config; ``token_type_ids (B, T)`` (BERT's
+    segments, default zeros) is read when ``cfg.type_vocab_size > 0``.
 
     Args:
         cfg: the model's :class:`TransformerConfig`.
@@ -326,18 +410,33 @@ class EncoderOnlyLM(nn.Module):
                              f"model (it has one vocabulary), got {cfg.src_vocab_size}")
         self.cfg = cfg
         self.encoder = Encoder(cfg)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.mlm_transform:  # BERT's head: dense, activation, norm, then the projection with a bias
+            act = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "relu": nn.ReLU()}.get(cfg.activation)
+            if act is None:
+                raise ValueError(f"activation: expected 'relu', 'gelu' or 'gelu_tanh' with mlm_transform, got {cfg.activation!r}")
+            self.transform = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), act,
+                                           make_norm(cfg.norm, cfg.d_model, cfg.norm_eps))
+        else:
+            self.transform = None
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.mlm_transform)
+        if cfg.mlm_transform:
+            nn.init.zeros_(self.lm_head.bias)
         if cfg.tie_weights:
             self.lm_head.weight = self.encoder.embed.embedding.weight
 
-    def hidden_states(self, ids: torch.Tensor, need_weights: bool = False):
+    def hidden_states(self, ids: torch.Tensor, need_weights: bool = False,
+                      token_type_ids: Optional[torch.Tensor] = None):
         """The encoder's output, one contextual vector per token: ids ``(B, T)`` -> ``(B, T, D)``
         (and the per-layer weights with ``need_weights=True``)."""
         _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
-        z, w = self.encoder(ids, need_weights, check_range=False)  # (B, T, D); ids checked above, once
+        if token_type_ids is not None and self.cfg.type_vocab_size:
+            check_token_ids(token_type_ids, self.cfg.type_vocab_size, "token_type_ids")
+        z, w = self.encoder(ids, need_weights, check_range=False, token_type_ids=token_type_ids)  # (B, T, D)
         return (z, w) if need_weights else z
 
-    def forward(self, ids: torch.Tensor, need_weights: bool = False):
-        z, w = self.hidden_states(ids, need_weights=True) if need_weights else (self.hidden_states(ids), None)
+    def forward(self, ids: torch.Tensor, need_weights: bool = False, token_type_ids: Optional[torch.Tensor] = None):
+        z, w = self.hidden_states(ids, need_weights=True, token_type_ids=token_type_ids)
+        if self.transform is not None:
+            z = self.transform(z)
         logits = self.lm_head(z)  # (B, T, V)
         return (logits, w) if need_weights else logits
