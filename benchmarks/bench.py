@@ -5,7 +5,10 @@
 
 Every line prints a ratio of two timings taken in this run on this machine, so the numbers are
 comparable across machines; absolute times are printed only for context. Ratios below 1 mean
-tfmini is faster. Section 4 needs Hugging Face's tokenizers (pip install 'tfmini[hf]'). Targets: MultiHeadAttention <= 1.00, training step <= 1.05, KV-cache speed-up >= 3.
+tfmini is faster. Sections 4 to 6 need Hugging Face's tokenizers and transformers (pip install
+'tfmini[hf]'); section 7 compares with nanoGPT's model (benchmarks/nanogpt_model.py, MIT licence).
+Targets: MultiHeadAttention <= 1.00, training step <= 1.05, KV-cache speed-up >= 3, cached greedy
+generation >= 1.0x Hugging Face's tokens/s.
 """
 from __future__ import annotations
 
@@ -18,11 +21,17 @@ import random
 import statistics
 import time
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import tfmini
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nanogpt_model  # noqa: E402  (the reference model of section 7)
 
 
 def interleaved(fns: dict, repeats: int, inner: int) -> dict:
@@ -213,6 +222,102 @@ def bench_tokenizer(vocab_size, repeats):
     return cold["ours"] / cold["hf"]
 
 
+def _hf_gpt2(n_embd, n_layer, n_head, n_positions, vocab_size):
+    """A random-init Hugging Face GPT-2 and tfmini's copy of it (eval mode), or None without transformers."""
+    try:
+        import transformers
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError:
+        print("transformers is not installed (pip install 'tfmini[hf]'): skipped")
+        return None
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_positions=n_positions,
+                                    vocab_size=vocab_size, bos_token_id=0, eos_token_id=0)).eval()
+    return hf, tfmini.from_huggingface(hf)
+
+
+@torch.no_grad()
+def bench_hf_forward(B, T, repeats, inner):
+    print(f"\n5. GPT-2 forward pass (logits), tfmini.from_huggingface's copy against Hugging Face's GPT-2, batch {B}, length {T}")
+    models = _hf_gpt2(n_embd=256, n_layer=4, n_head=8, n_positions=512, vocab_size=8192)
+    if models is None:
+        return None
+    hf, ours = models
+    ids = torch.randint(0, 8192, (B, T), generator=torch.Generator().manual_seed(0))
+    diff = (ours(ids) - hf(ids).logits).abs().max().item()
+    t = interleaved({"ours": lambda: ours(ids), "hf": lambda: hf(ids).logits}, repeats, inner)
+    ratio = t["ours"] / t["hf"]
+    print(f"max |logit difference| {diff:.1e}; tfmini {1e3 * t['ours']:.1f} ms, transformers {1e3 * t['hf']:.1f} ms | "
+          f"ratio {ratio:.3f}")
+    return ratio
+
+
+@torch.no_grad()
+def bench_hf_generate(B, prompt_len, n_tokens, repeats):
+    print(f"\n6. Cached greedy generation, tfmini.generate against Hugging Face's generate(do_sample=False), "
+          f"batch {B}, prompt {prompt_len}, {n_tokens} new tokens")
+    models = _hf_gpt2(n_embd=256, n_layer=4, n_head=8, n_positions=512, vocab_size=8192)
+    if models is None:
+        return None
+    hf, ours = models
+    prompt = torch.randint(0, 8192, (B, prompt_len), generator=torch.Generator().manual_seed(1))
+    out = {}
+
+    def run_ours():
+        out["ours"] = tfmini.generate(ours, prompt, n_tokens)
+
+    def run_hf():
+        out["hf"] = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n_tokens,
+                                min_new_tokens=n_tokens, do_sample=False, eos_token_id=None, pad_token_id=0)
+
+    t = interleaved({"ours": run_ours, "hf": run_hf}, repeats, 1)
+    if not torch.equal(out["ours"], out["hf"]):
+        raise AssertionError("tfmini.generate and Hugging Face's generate chose different tokens")
+    speed = {k: B * n_tokens / v for k, v in t.items()}
+    ratio = speed["ours"] / speed["hf"]
+    print(f"identical tokens; tfmini {speed['ours']:.0f} tokens/s, transformers {speed['hf']:.0f} tokens/s | "
+          f"tokens/s ratio {ratio:.2f} (>= 1.0)")
+    return ratio
+
+
+def bench_nanogpt(B, T, repeats, inner):
+    print(f"\n7. GPT training step (forward, loss, backward, AdamW step), tfmini.DecoderOnlyLM against nanoGPT's GPT, "
+          f"batch {B}, length {T}")
+    n_embd, n_layer, n_head, V = 256, 4, 8, 8192
+    cfg = tfmini.TransformerConfig(vocab_size=V, d_model=n_embd, num_heads=n_head, num_decoder_layers=n_layer,
+                                   dropout=0.0, max_len=T, norm_first=True, positional="learned", activation="gelu",
+                                   embed_scale=False)
+    torch.manual_seed(0)
+    models = {"ours": tfmini.DecoderOnlyLM(cfg),
+              "ref": nanogpt_model.GPT(nanogpt_model.GPTConfig(block_size=T, vocab_size=V, n_layer=n_layer,
+                                                               n_head=n_head, n_embd=n_embd, dropout=0.0, bias=True))}
+    n_params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
+    data = torch.randint(0, V, (B, T + 1), generator=torch.Generator().manual_seed(2))
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    steps = {}
+    for name, model in models.items():
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(name=name, model=model, opt=opt):
+            if name == "ours":
+                logits = model(x)
+                loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+            else:
+                _, loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        steps[name] = step
+    t = interleaved(steps, repeats, inner)
+    ratio = t["ours"] / t["ref"]
+    print(f"parameters: tfmini {n_params['ours']:,}, nanoGPT {n_params['ref']:,}")
+    print(f"tfmini {1e3 * t['ours']:.1f} ms, nanoGPT {1e3 * t['ref']:.1f} ms | ratio {ratio:.3f}")
+    return ratio
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repeats")
@@ -225,6 +330,9 @@ def main():
         train = bench_training(8, 32, 32, repeats=3, inner=2)
         kv = bench_kv_cache(64, repeats=1)
         bpe = bench_tokenizer(512, repeats=1)
+        fwd = bench_hf_forward(4, 64, repeats=5, inner=2)
+        gen = bench_hf_generate(1, 16, 32, repeats=3)
+        nano = bench_nanogpt(8, 64, repeats=3, inner=2)
     else:
         shapes = [(32, 64, 128, 4, False), (16, 128, 256, 8, False), (8, 256, 256, 8, False),
                   (8, 256, 256, 8, True), (4, 512, 512, 8, True)]
@@ -232,12 +340,20 @@ def main():
         train = bench_training(32, 64, 64, repeats=10, inner=3)
         kv = bench_kv_cache(256, repeats=3)
         bpe = bench_tokenizer(1024, repeats=3)
+        fwd = bench_hf_forward(8, 256, repeats=10, inner=3)
+        gen = bench_hf_generate(1, 32, 128, repeats=5)
+        nano = bench_nanogpt(16, 256, repeats=10, inner=2)
     print("\nsummary:")
     print(f"  MultiHeadAttention worst ratio {mha:.3f} (target <= 1.00): {'met' if mha <= 1.0 else 'NOT met'}")
     print(f"  training step ratio {train:.3f} (target <= 1.05): {'met' if train <= 1.05 else 'NOT met'}")
     print(f"  KV-cache speed-up {kv:.2f}x (target >= 3): {'met' if kv >= 3 else 'NOT met'}")
     if bpe is not None:
         print(f"  BPE encoding, first call, tfmini / tokenizers time {bpe:.2f} (reported; pure Python against Rust)")
+    if fwd is not None:
+        print(f"  GPT-2 forward, tfmini / transformers time {fwd:.3f} (reported)")
+        print(f"  cached greedy generation, tfmini / transformers tokens/s {gen:.2f} (target >= 1.0): "
+              f"{'met' if gen >= 1.0 else 'NOT met'}")
+    print(f"  GPT training step, tfmini / nanoGPT time {nano:.3f} (reported)")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 
 What a reader who opens a chapter in Colab has, and what this script recreates locally:
 
-- a fresh runtime with its own Python packages: torch, numpy, matplotlib, ipykernel, pip and git, but
-  neither tfmini nor einops. Here: ``.venv-colab/`` in the repository root (git-ignored; built once, a
+- a fresh runtime with its own Python packages: torch, numpy, matplotlib, transformers, ipykernel, pip
+  and git, but neither tfmini nor einops. Here: ``.venv-colab/`` in the repository root (git-ignored; built once, a
   stamp file skips the install after that), with the newest torch on this machine that is *not*
   requirements.txt's pin (``TORCH`` below), so a chapter that only works with the pinned torch fails.
   Each notebook's kernel runs in a new empty venv that sees .venv-colab's packages through a .pth
@@ -52,7 +52,9 @@ PYTHON, STAMP = VENV / "bin" / "python", VENV / ".colab-stamp"
 # that differs from requirements.txt's pin (2.13.0): Colab ships its own torch, never our pin, and the
 # chapters must not depend on it. A CUDA build (it runs on the CPU here). Override: TFMINI_COLAB_TORCH.
 TORCH = os.environ.get("TFMINI_COLAB_TORCH", "2.14.1")
-PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip"]
+# Colab also ships Hugging Face's transformers (and with it tokenizers): the chapters that compare
+# tfmini with it run that comparison there too.
+PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip", "transformers"]
 CELL_TIMEOUT_S = 600
 KERNEL_NAME = "colab"
 
@@ -124,7 +126,7 @@ def shared_env(tmp: Path) -> dict[str, str]:
     course_bin = Path(os.environ["VIRTUAL_ENV"], "bin") if "VIRTUAL_ENV" in os.environ else None
     path = [p for p in env.get("PATH", "").split(os.pathsep) if Path(p) != course_bin]
     env.update(local_github(tmp), PATH=os.pathsep.join(path), IPYTHONDIR=str(tmp / "ipython"),
-               MPLCONFIGDIR=str(tmp / "matplotlib"), PYTHONHASHSEED="0",
+               MPLCONFIGDIR=str(tmp / "matplotlib"), PYTHONHASHSEED="0", HF_HUB_OFFLINE="1",
                PIP_CACHE_DIR=str(VENV / ".pip-cache"))  # kept between notebooks and runs: wheels only
     return env
 

@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     # MPLBACKEND is unset, so a non-interactive backend set for scripts must not leak into kernels.
     os.environ.pop("MPLBACKEND", None)
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    # Nothing is downloaded at run time: the one cell that fetches real weights (chapter 11, for Colab)
+    # finds the Hugging Face Hub unreachable at once and says so, instead of waiting for a network.
+    os.environ["HF_HUB_OFFLINE"] = "1"
     # A fresh checkpoint folder for this run: a chapter may reuse a model trained by an earlier
     # chapter of the same run (tfmini.fit_or_load), never one left over from another run.
     os.environ["TFMINI_CACHE"] = tempfile.mkdtemp(prefix="tfmini-cache-")

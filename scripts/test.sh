@@ -10,6 +10,8 @@
 #      scripts/chromium.sh when missing) and checked by scripts/browser_test.py
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# Nothing is downloaded at run time: Hugging Face's libraries fail at once instead of trying the network.
+export HF_HUB_OFFLINE=1
 
 TFMINI_T0=$SECONDS
 TFMINI_STAGE=""

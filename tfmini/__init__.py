@@ -2,13 +2,14 @@
 
 Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:`~tfmini.positional`,
 :mod:`~tfmini.layers`, :mod:`~tfmini.rnn`, :mod:`~tfmini.model`, :mod:`~tfmini.decoding`,
-:mod:`~tfmini.data`, :mod:`~tfmini.tokenizer`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
+:mod:`~tfmini.data`, :mod:`~tfmini.tokenizer`, :mod:`~tfmini.huggingface`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
 """
 from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
                         masked_softmax, scaled_dot_product_attention)
 from .data import (Batches, Vocab, copy_task, encode_pairs, load_parallel_tsv, number_words, pad_sequences,
                    reverse_task, sort_task, spelled_numbers, spelled_numbers_alignment)
-from .decoding import beam_search, greedy_decode, sample, select_batch
+from .decoding import beam_search, generate, greedy_decode, sample, select_batch
+from .huggingface import from_huggingface
 from .layers import DecoderLayer, EncoderLayer, FeedForward, RMSNorm, SwiGLU
 from .masks import attention_mask, causal_mask, pad_mask, padding_mask
 from .model import Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, TokenEmbedding, Transformer, TransformerConfig

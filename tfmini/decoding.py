@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["select_batch", "greedy_decode", "sample", "beam_search"]
+__all__ = ["select_batch", "greedy_decode", "sample", "beam_search", "generate"]
 
 
 def select_batch(state, index: torch.Tensor):
@@ -226,3 +226,55 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
         scores = scores / ((5.0 + lengths.reshape(B, K)) / 6.0) ** length_penalty
     best = torch.arange(B, device=device) * K + scores.argmax(dim=-1)
     return ys[best, start:].to(inputs.device)
+
+
+@torch.no_grad()
+def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optional[int] = None,
+             pad_id: Optional[int] = None, do_sample: bool = False, temperature: float = 1.0,
+             top_k: Optional[int] = None, generator: Optional[torch.Generator] = None,
+             use_cache: bool = True) -> torch.Tensor:
+    """Continue prompts with a decoder-only model: the prompt followed by the new tokens.
+
+    Greedy by default, as Hugging Face's ``generate(do_sample=False)``, whose tokens it reproduces for
+    a model loaded with :func:`tfmini.from_huggingface`. Decoding uses the KV cache (``use_cache``):
+    the prompt is read in one pass, then one position per step. A sequence that produces ``eos_id``
+    is padded with ``pad_id`` after it, and generation stops early when every sequence has.
+
+    Args:
+        model: a decoder-only tfmini model, e.g. :class:`~tfmini.model.DecoderOnlyLM` (in eval mode).
+        prompt_ids: ``(B, P)`` token ids; every prompt of a batch has ``P`` real tokens (no padding).
+        max_new_tokens: number of tokens to add, at most; ``P + max_new_tokens`` must fit in
+            ``model.cfg.max_len`` (the positions the model has).
+        eos_id: stop token (default: none, always ``max_new_tokens`` tokens).
+        pad_id: written after a sequence's EOS (default ``model.cfg.pad_id``).
+        do_sample: sample from ``softmax(logits / temperature)`` (:func:`sample`) instead of the argmax.
+        temperature, top_k, generator: as in :func:`sample`; used only with ``do_sample=True``.
+        use_cache: reuse keys and values of earlier positions (same tokens, less work).
+
+    Returns:
+        ``(B, P + L)`` ids, ``L <= max_new_tokens``, on the device of ``prompt_ids``.
+
+    Shape:
+        prompt_ids ``(B, P)`` -> ``(B, P + L)``.
+    """
+    if not getattr(model, "decoder_only", False):
+        raise ValueError(f"model: expected a decoder-only model (e.g. DecoderOnlyLM), got {type(model).__name__}; "
+                         f"use greedy_decode, sample or beam_search for an encoder-decoder model")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+    if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 2 or 0 in prompt_ids.shape:
+        got = tuple(prompt_ids.shape) if isinstance(prompt_ids, torch.Tensor) else type(prompt_ids).__name__
+        raise ValueError(f"prompt_ids: expected non-empty token ids of shape (B, P), got {got}")
+    cfg = getattr(model, "cfg", None)
+    max_len = getattr(cfg, "max_len", None)
+    if max_len is not None and prompt_ids.shape[1] + max_new_tokens > max_len:
+        raise ValueError(f"max_new_tokens: expected prompt length + max_new_tokens <= max_len={max_len} "
+                         f"(the model's positions), got {prompt_ids.shape[1]} + {max_new_tokens}")
+    if pad_id is None:
+        pad_id = getattr(cfg, "pad_id", 0)
+    if do_sample:
+        new = sample(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
+                     pad_id=pad_id, generator=generator, use_cache=use_cache)
+    else:
+        new = greedy_decode(model, prompt_ids, max_new_tokens, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache)
+    return torch.cat([prompt_ids, new.to(prompt_ids.device)], dim=1)
