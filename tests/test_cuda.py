@@ -257,3 +257,48 @@ def test_fit_or_load_round_trip_between_cpu_and_gpu(copy_setup, tmp_path, monkey
     assert {p.device.type for p in a.parameters()} == {trained_on}
     assert {p.device.type for p in b.parameters()} == {loaded_on}
     assert all(torch.equal(p.cpu(), q.cpu()) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@pytest.mark.parametrize("kv", [1, 4])
+def test_llama_style_decoder_on_the_gpu_from_cpu_prompts(kv):
+    """RoPE tables, RMSNorm and grouped-query attention on the GPU: cached decoding equals uncached,
+    the logits equal the CPU model's, decode_next does not synchronise, and tfmini.generate returns
+    the prompt and the new tokens on the prompt's device."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=50, d_model=32, num_heads=4, num_kv_heads=kv, num_decoder_layers=2, d_ff=48,
+                            max_len=40, dropout=0.0, norm_first=True, norm="rmsnorm", positional="rope",
+                            activation="swiglu", attention_bias=False, ffn_bias=False, embed_scale=False)
+    cpu = DecoderOnlyLM(cfg).eval()
+    gpu = copy.deepcopy(cpu).to(CUDA)
+    prompt = torch.randint(1, 50, (3, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(gpu(prompt.to(CUDA)).cpu(), cpu(prompt), atol=1e-4, rtol=1e-4)
+    out = tfmini.generate(gpu, prompt, max_new_tokens=10)
+    assert out.device.type == "cpu" and torch.equal(out[:, :6], prompt)
+    assert torch.equal(out, tfmini.generate(gpu, prompt, max_new_tokens=10, use_cache=False))
+    state = gpu.start_decoding(prompt.to(CUDA))
+    ys = prompt.to(CUDA)
+    with torch.no_grad():
+        gpu.decode_next(ys, state)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            gpu.decode_next(torch.cat([ys, ys[:, :1]], dim=1), state)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+def test_from_huggingface_keeps_the_gpu():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=40,
+        vocab_size=60, max_position_embeddings=32)).to(CUDA).eval()
+    ours = tfmini.from_huggingface(hf)
+    assert next(ours.parameters()).device.type == "cuda"
+    ids = torch.randint(0, 60, (2, 9), device=CUDA)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                      eos_token_id=None, pad_token_id=0)
+    assert torch.equal(tfmini.generate(ours, ids, max_new_tokens=8), ref)
