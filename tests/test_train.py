@@ -166,7 +166,10 @@ def test_fit_cosine_schedule_with_epochs_spans_every_step():
     hist = fit(new_model(cfg), batches, epochs=3, lr=1e-2, warmup_steps=2, schedule="cosine", log_every=1,
                progress=False)
     assert hist.step[-1] == 12
-    assert hist.lr[-1] == pytest.approx(0.0, abs=1e-12) and max(hist.lr) == pytest.approx(1e-2)
+    # the rate each step used: the peak at the end of the warm-up, then down the cosine to 0 at step 12
+    assert hist.lr[0] == pytest.approx(0.5e-2) and hist.lr[1] == pytest.approx(1e-2)
+    assert hist.lr[6] == pytest.approx(1e-2 * 0.5 * (1 + math.cos(math.pi * 5 / 10)))
+    assert hist.lr[-1] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_fit_with_epochs_needs_batches_with_a_length():
@@ -187,8 +190,10 @@ def test_fit_over_a_used_up_iterator_stops_with_an_error():
 def test_fit_records_the_learning_rate_of_the_warmup():
     cfg, data = copy_setup(16)
     hist = fit(new_model(cfg), Batches(data, 4), steps=8, lr=1e-2, warmup_steps=4, log_every=1, progress=False)
-    expected = [1e-2 * min((s + 1) / 4, math.sqrt(4 / (s + 1))) for s in range(1, 9)]
+    # step s (1, 2, ...) used the rate of the schedule's index s - 1: the first step a quarter of the peak
+    expected = [1e-2 * min(s / 4, math.sqrt(4 / s)) for s in range(1, 9)]
     assert hist.lr == pytest.approx(expected)
+    assert hist.lr[0] == pytest.approx(0.25e-2) and hist.lr[3] == pytest.approx(1e-2)
 
 
 def test_fit_evaluates_and_stops_early():
@@ -374,6 +379,40 @@ def test_fit_or_load_trains_once_then_loads_the_same_model(tmp_path):
     assert not h3.loaded and len(list(tmp_path.glob("copy-*.pt"))) == 2  # another argument, another run
     with pytest.raises(ValueError, match="eval_fn: expected None with fit_or_load"):
         fit_or_load(c, Batches(data, 8), name="x", cache_dir=tmp_path, steps=1, eval_fn=lambda m: {})
+
+
+def test_fit_or_load_refuses_data_it_cannot_key(tmp_path):
+    """A DataLoader has no examples to key the checkpoint by: two different loaders would share one
+    checkpoint, so fit_or_load refuses them instead of returning a model trained on other data."""
+    from torch.utils.data import DataLoader
+
+    from tfmini import fit_or_load
+    cfg, data = copy_setup()
+    loader = DataLoader(list(Batches(data, 8, seed=0)), batch_size=None)
+    with pytest.raises(ValueError, match=r"batches: expected tfmini.Batches \(its .examples key the checkpoint\) "
+                                         r"with fit_or_load, got DataLoader"):
+        fit_or_load(new_model(cfg), loader, name="loader", cache_dir=tmp_path, steps=2, progress=False)
+    assert not list(tmp_path.glob("*.pt"))
+
+
+def test_fit_seeds_each_data_parallel_rank_differently(monkeypatch):
+    """Rank r draws its dropout from seed + r: rank 0 trains exactly as a single process, rank 1 differently."""
+    import tfmini.train as train_module
+    cfg, data = copy_setup(16)
+    cfg = TransformerConfig(**{**cfg.__dict__, "dropout": 0.3})
+    runs = {}
+    for r in (0, 1):
+        monkeypatch.setattr(train_module.distributed, "rank", lambda r=r: r)
+        torch.manual_seed(0)
+        model = new_model(cfg)
+        fit(model, Batches(data, 4, seed=0), steps=3, lr=1e-2, seed=0, progress=False)
+        runs[r] = model.state_dict()
+    monkeypatch.undo()
+    torch.manual_seed(0)
+    single = new_model(cfg)
+    fit(single, Batches(data, 4, seed=0), steps=3, lr=1e-2, seed=0, progress=False)
+    assert all(torch.equal(single.state_dict()[k], runs[0][k]) for k in runs[0])
+    assert any(not torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
 def test_evaluate_by_length_bins_by_source_length():

@@ -152,7 +152,7 @@ class History:
 
     Attributes:
         step, loss, lr, time: one entry per logged step: the step number, the training loss, the
-            learning rate and the seconds since training started.
+            learning rate that step used and the seconds since training started.
         evals: one dict per evaluation, the result of ``eval_fn`` with ``step`` and ``time`` added.
         loaded: True when :func:`fit_or_load` took the history from a checkpoint.
     """
@@ -253,8 +253,10 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     """
     if steps is None and epochs is None:
         raise ValueError("steps, epochs: expected at least one of them, got neither")
-    set_seed(seed)
     parallel, rank, world = distributed.is_distributed(), distributed.rank(), distributed.world_size()
+    # Each rank its own random stream (dropout differs between the ranks' slices, as it would between
+    # the rows of one big batch); rank 0, and a single process, use ``seed`` itself.
+    set_seed(seed + rank)
     if device is not None:
         device = torch.device(device)
     else:
@@ -296,6 +298,7 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
                 loss.backward()
                 if clip_norm is not None:
                     nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+                used_lr = opt.param_groups[0]["lr"]  # the rate of this step; sched.step() sets the next one
                 opt.step()
                 sched.step()
                 step += 1
@@ -303,7 +306,7 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
                 if step % log_every == 0 or step == total:
                     hist.step.append(step)
                     hist.loss.append(logged.item())
-                    hist.lr.append(opt.param_groups[0]["lr"])
+                    hist.lr.append(used_lr)
                     hist.time.append(elapsed)
                     bar.show(f"step {step}/{total}  loss {logged.item():.4f}  {elapsed:.1f}s")
                 if eval_fn is not None and step % eval_every == 0 and run_eval():
@@ -360,7 +363,8 @@ def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_k
         the :class:`History` of the training run, trained now or loaded.
 
     Args:
-        model, batches: as for :func:`fit`.
+        model, batches: as for :func:`fit`; ``batches`` must be :class:`~tfmini.data.Batches` (or have its
+            ``examples``), whose examples, batch size and seed key the checkpoint.
         name: a readable prefix for the checkpoint file.
         cache_dir: where checkpoints live; default ``$TFMINI_CACHE`` or ``~/.cache/tfmini``.
         fit_kwargs: passed to :func:`fit`; callables (``eval_fn``, ``stop_fn``, ``loss_fn``) are not
@@ -369,6 +373,9 @@ def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_k
     for key in ("eval_fn", "stop_fn", "loss_fn"):
         if fit_kwargs.get(key) is not None:
             raise ValueError(f"{key}: expected None with fit_or_load (a function cannot key a checkpoint), got {fit_kwargs[key]!r}")
+    if not hasattr(batches, "examples"):
+        raise ValueError(f"batches: expected tfmini.Batches (its .examples key the checkpoint) with fit_or_load, "
+                         f"got {type(batches).__name__}; other data cannot key a checkpoint, so train it with fit")
     cache = Path(cache_dir or os.environ.get("TFMINI_CACHE") or Path.home() / ".cache" / "tfmini")
     path = cache / f"{name}-{_fingerprint(model, batches, fit_kwargs)}.pt"
     if path.exists():
