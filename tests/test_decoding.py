@@ -340,3 +340,24 @@ def test_decoding_rejects_out_of_vocabulary_inputs():
     prompt[1, 1] = -1
     with pytest.raises(ValueError, match=r"prompt: expected ids in \[0, 10\].*got values in \[-1, \d+\]"):
         greedy_decode(lm, prompt, 5)
+
+
+@pytest.mark.parametrize("kind", ["decoder-only", "encoder-decoder"])
+def test_decoding_stops_where_the_positions_end(kind):
+    """Asking for more tokens than the model has positions stops there, for every strategy, instead of
+    failing midway: the prefix read at the last step has exactly max_len positions."""
+    import tfmini
+    torch.manual_seed(0)
+    cfg = tfmini.TransformerConfig(vocab_size=30, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                   dropout=0.0, max_len=8, positional="learned")
+    if kind == "decoder-only":
+        model, inputs, start, kw = tfmini.DecoderOnlyLM(cfg).eval(), torch.randint(1, 30, (2, 3)), 3, {}
+    else:
+        model, inputs, start, kw = tfmini.Transformer(cfg).eval(), torch.randint(1, 30, (2, 5)), 1, dict(bos_id=1)
+    room = cfg.max_len - start + 1
+    for use_cache in (True, False):
+        out = tfmini.greedy_decode(model, inputs, 50, use_cache=use_cache, **kw)
+        assert out.shape == (2, room)
+        assert tfmini.sample(model, inputs, 50, generator=torch.Generator().manual_seed(0), **kw).shape == (2, room)
+        assert tfmini.beam_search(model, inputs, 50, beam_size=3, use_cache=use_cache, **kw).shape == (2, room)
+    assert torch.equal(tfmini.greedy_decode(model, inputs, 50, **kw)[:, :4], tfmini.greedy_decode(model, inputs, 4, **kw))

@@ -83,12 +83,22 @@ def _start(model, inputs: torch.Tensor, bos_id: Optional[int]):
     return state, torch.full((inputs.shape[0], 1), bos_id, dtype=torch.long, device=inputs.device)
 
 
+def _room(model, start: int) -> Optional[int]:
+    """How many tokens the model can generate after ``start`` tokens before it runs out of positions:
+    the last generated token is never read, so ``start + n - 1 <= cfg.max_len`` (None: no limit)."""
+    limit = getattr(getattr(model, "cfg", None), "max_len", None)
+    return None if limit is None else max(limit - start + 1, 0)
+
+
 def _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache,
           pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     if max_len < 1:
         raise ValueError(f"max_len: expected >= 1, got {max_len}")
     state, ys = _start(model, inputs, bos_id)  # ys on the model's device
     start = ys.shape[1]
+    room = _room(model, start)
+    if room is not None:
+        max_len = min(max_len, room)  # stop where the model's positions end, not with an error midway
     finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=ys.device)
     for _ in range(max_len):
         nxt = pick(model.decode_next(ys, state, use_cache))  # (B,)
@@ -109,7 +119,8 @@ def greedy_decode(model, inputs: torch.Tensor, max_len: int, bos_id: Optional[in
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
-        max_len: maximum number of generated tokens.
+        max_len: maximum number of generated tokens; decoding also stops where the model runs out of
+            positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
         bos_id: start token (encoder-decoder models).
         eos_id: stop token; a finished sequence is padded with ``pad_id``.
         pad_id: the id written after a sequence's EOS.
@@ -133,7 +144,8 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
-        max_len: maximum number of generated tokens.
+        max_len: maximum number of generated tokens; decoding also stops where the model runs out of
+            positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
         temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
         top_k: sample only among the ``top_k`` most probable tokens (default: all of them).
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
@@ -178,7 +190,8 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
-        max_len: maximum number of generated tokens.
+        max_len: maximum number of generated tokens; decoding also stops where the model runs out of
+            positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
         beam_size: number of hypotheses ``K`` kept at every step.
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
         length_penalty: the exponent :math:`\alpha` above.
@@ -196,6 +209,9 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
         raise ValueError(f"max_len: expected >= 1, got {max_len}")
     state, ys = _start(model, inputs, bos_id)
     B, K, start, device = ys.shape[0], beam_size, ys.shape[1], ys.device
+    room = _room(model, start)
+    if room is not None:
+        max_len = min(max_len, room)  # stop where the model's positions end, not with an error midway
     expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
     state, ys = select_batch(state, expand), ys[expand]
     scores = torch.zeros(B, K, device=device)
