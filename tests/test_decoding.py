@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -200,9 +201,16 @@ def test_top_k_restricts_the_choices():
 @pytest.mark.parametrize("kind, norm_first", [("transformer", False), ("transformer", True), ("lm", False),
                                               ("lm", True), ("attn_rnn", False), ("rnn", False)])
 def test_beam_size_one_is_greedy(kind, norm_first, eos_id):
+    """Without EOS a beam of one is greedy decoding. With EOS it is greedy's path plus the hypotheses that
+    ended on the way (an EOS proposal leaves the beam instead of taking the slot), so it is at least as
+    probable as greedy, and equal to it wherever greedy's own ending is the best of them."""
     model, inputs = make(kind, norm_first)
     greedy = greedy_decode(model, inputs, 10, BOS, eos_id, PAD)
-    assert torch.equal(beam_search(model, inputs, 10, beam_size=1, bos_id=BOS, eos_id=eos_id, pad_id=PAD), greedy)
+    beam = beam_search(model, inputs, 10, beam_size=1, bos_id=BOS, eos_id=eos_id, pad_id=PAD)
+    if eos_id is None:
+        assert torch.equal(beam, greedy)
+    else:
+        assert (log_prob(model, inputs, beam, eos_id) >= log_prob(model, inputs, greedy, eos_id) - 1e-6).all()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -233,6 +241,75 @@ def test_exhaustive_beam_finds_the_most_probable_sequence(kind):
         lp = log_prob(model, inputs[b:b + 1].expand(len(all_seqs), -1), all_seqs)
         assert torch.equal(best[b], all_seqs[lp.argmax()])
         assert log_prob(model, inputs[b:b + 1], best[b:b + 1]).item() == pytest.approx(lp.max().item(), abs=1e-6)
+
+
+def _best_by_brute_force(model, inputs, vocab, L, eos_id, alpha):
+    """The most probable hypothesis under the length penalty, over every sequence that ends with its
+    first EOS or has L tokens without one (the search space of beam search with eos_id)."""
+    others = [t for t in range(vocab) if t != eos_id]
+    full = [list(body) + [eos_id] + [PAD] * (L - n) for n in range(1, L + 1)
+            for body in itertools.product(others, repeat=n - 1)]
+    full += [list(body) for body in itertools.product(others, repeat=L)]
+    seqs = torch.tensor(full)
+    lengths = torch.where((seqs == eos_id).any(1), (seqs == eos_id).long().argmax(1) + 1, torch.full((len(seqs),), L))
+    best = []
+    for b in range(inputs.shape[0]):
+        lp = log_prob(model, inputs[b:b + 1].expand(len(seqs), -1), seqs, eos_id)
+        penalised = lp / ((5.0 + lengths.double()) / 6.0) ** alpha
+        best.append((seqs[penalised.argmax()], penalised.max().item()))
+    return best
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0, 3.0])
+@pytest.mark.parametrize("kind", ["transformer", "lm"])
+def test_exhaustive_beam_with_eos_and_length_penalty_is_exact(kind, alpha):
+    """With EOS and a length penalty, a beam as wide as the search space finds the best penalised
+    hypothesis. Finished hypotheses no longer take beam slots and are ranked by their penalised score
+    when they finish, so nothing better is pruned on the way."""
+    L, vocab, eos = 3, 5, 2
+    torch.manual_seed(1)
+    cfg = tiny_config(vocab_size=vocab, dropout=0.0)
+    model = (Transformer(cfg) if kind == "transformer" else DecoderOnlyLM(cfg)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    inputs = torch.randint(3, vocab, (3, 4))
+    got = beam_search(model, inputs, L, beam_size=vocab ** (L - 1), bos_id=BOS, eos_id=eos, pad_id=PAD,
+                      length_penalty=alpha)
+    got = F.pad(got, (0, L - got.shape[1]), value=PAD)
+    for b, (seq, score) in enumerate(_best_by_brute_force(model, inputs, vocab, L, eos, alpha)):
+        n = int((got[b] == eos).long().argmax()) + 1 if (got[b] == eos).any() else L
+        mine = log_prob(model, inputs[b:b + 1], got[b:b + 1], eos).item() / ((5.0 + n) / 6.0) ** alpha
+        assert mine == pytest.approx(score, abs=1e-5), (b, got[b], seq)
+
+
+class ToyModel:
+    """A next-token table, prefix (after BOS) -> probabilities over 0 pad, 1 BOS, 2 EOS, 3 a, 4 b:
+    EOS is the most probable first token, b the least probable but the start of a near-certain
+    long sequence. The decoding protocol of tfmini's models, with no network behind it."""
+
+    TABLE = {(): [0, 0, 0.5, 0.3, 0.2], (3,): [0, 0, 0.02, 0.49, 0.49], (4,): [0, 0, 0.005, 0.005, 0.99],
+             (4, 4): [0, 0, 0.005, 0.005, 0.99], (4, 4, 4): [0, 0, 0.99, 0.005, 0.005]}
+
+    def start_decoding(self, inputs):
+        return {}
+
+    def decode_next(self, ys, state, use_cache=True):
+        rows = [self.TABLE.get(tuple(r[1:].tolist()), [0, 0, 0.2, 0.4, 0.4]) for r in ys]
+        return torch.tensor(rows, dtype=torch.float64).clamp_min(1e-12).log()
+
+
+def test_finished_hypotheses_leave_the_beam_and_are_ranked_with_the_length_penalty():
+    """With beam size 2, EOS is the best first token and b (third) leads to the best long sequence.
+    If the finished hypothesis kept its slot, b would be pruned at once; it is not, and with a length
+    penalty that favours length enough, b b b EOS wins (checked against the hand-computed scores)."""
+    src = torch.zeros(1, 1, dtype=torch.long)
+    out = beam_search(ToyModel(), src, 6, beam_size=2, bos_id=1, eos_id=2, length_penalty=3.0)
+    assert out.tolist() == [[4, 4, 4, 2]]
+    scores = {"EOS": math.log(0.5) / 1.0, "b b b EOS": math.log(0.2 * 0.99 * 0.99 * 0.99) / (9 / 6) ** 3}
+    assert scores["b b b EOS"] > scores["EOS"]
+    # without the penalty the single EOS is the most probable hypothesis, and found
+    assert beam_search(ToyModel(), src, 6, beam_size=2, bos_id=1, eos_id=2).tolist() == [[2]]
 
 
 def test_beam_search_length_penalty_prefers_longer_hypotheses():

@@ -181,24 +181,31 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
 def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, bos_id: Optional[int] = None,
                 eos_id: Optional[int] = None, pad_id: int = 0, length_penalty: float = 0.0,
                 use_cache: bool = True) -> torch.Tensor:
-    r"""Keep the ``beam_size`` most probable prefixes at every step; return the best finished one.
+    r"""Keep the ``beam_size`` most probable unfinished prefixes at every step; return the best finished one.
 
-    Hypotheses are ranked by total log-probability divided by the length penalty
-    :math:`((5 + L) / 6)^\alpha` of Wu et al. (2016), :math:`\alpha` = ``length_penalty``
-    (0 = no normalisation). With ``beam_size=1`` this is exactly greedy decoding.
+    A hypothesis is scored by its total log-probability divided by the length penalty
+    :math:`((5 + L) / 6)^\alpha` of Wu et al. (2016), :math:`L` its number of tokens (EOS included),
+    :math:`\alpha` = ``length_penalty`` (0 = no normalisation). At every step each of the ``K`` beams
+    proposes every next token. A proposal that ends with EOS leaves the beam: it joins the ``K`` best
+    finished hypotheses of its batch element, ranked by their penalised scores, and frees its slot, so
+    the beam always holds ``K`` unfinished prefixes. A batch element is done once it has ``K`` finished
+    hypotheses and its best unfinished prefix, penalised at its current length, scores no higher than
+    the worst of them (exact for ``length_penalty=0``, where scores only fall as prefixes grow; the
+    usual heuristic otherwise). Prefixes still unfinished after ``max_len`` tokens compete with the
+    finished ones. Without ``eos_id`` nothing finishes and the best prefix of length ``max_len`` wins.
 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
         max_len: maximum number of generated tokens; decoding also stops where the model runs out of
             positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
-        beam_size: number of hypotheses ``K`` kept at every step.
+        beam_size: number of unfinished hypotheses ``K`` kept at every step.
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
         length_penalty: the exponent :math:`\alpha` above.
         use_cache: reuse keys and values of earlier positions (same result, less work).
 
     Returns:
-        the best hypothesis per batch element, ``(B, L)``.
+        the best hypothesis per batch element, ``(B, L)``, padded with ``pad_id`` after its EOS.
 
     Shape:
         inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``; internally ``B * K`` hypotheses.
@@ -212,36 +219,53 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     room = _room(model, start)
     if room is not None:
         max_len = min(max_len, room)  # stop where the model's positions end, not with an error midway
+
+    def penalty(length: int) -> float:
+        return ((5.0 + length) / 6.0) ** length_penalty if length_penalty else 1.0
+
     expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
     state, ys = select_batch(state, expand), ys[expand]
     scores = torch.zeros(B, K, device=device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one
-    finished = torch.zeros(B * K, dtype=torch.bool, device=device)
-    lengths = torch.zeros(B * K, device=device)
-    for _ in range(max_len):
+    # the K best finished hypotheses of each batch element: penalised scores and tokens (padded)
+    done_scores = torch.full((B, K), float("-inf"), device=device)
+    done_tokens = torch.full((B, K, max_len), pad_id, dtype=torch.long, device=device)
+    offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1): first row of each element's beams
+    for step in range(max_len):
         logp = F.log_softmax(model.decode_next(ys, state, use_cache).float(), dim=-1)  # (B*K, V)
         V = logp.shape[-1]
-        # A finished hypothesis can only be extended by padding, at no cost. (masked_fill and where,
-        # not boolean indexing, which would wait for the GPU to count the finished rows.)
-        logp = logp.masked_fill(finished[:, None], float("-inf"))
-        logp[:, pad_id] = torch.where(finished, 0.0, logp[:, pad_id])
-        cand = (scores.reshape(-1, 1) + logp).reshape(B, K * V)
-        scores, idx = cand.topk(K, dim=-1)  # (B, K)
-        beam, tok = idx // V, idx % V
-        rows = (torch.arange(B, device=device)[:, None] * K + beam).reshape(-1)  # (B*K,)
-        lengths = lengths[rows] + (~finished[rows]).float()
-        finished = finished[rows]
-        tok = tok.reshape(-1)
-        ys = torch.cat([ys[rows], tok[:, None]], dim=1)
-        state = select_batch(state, rows)
+        cand = scores[:, :, None] + logp.reshape(B, K, V)  # (B, K, V) total log-probabilities
         if eos_id is not None:
-            finished = finished | (tok == eos_id)
-            if bool(finished.all()):
+            ended = cand[:, :, eos_id] / penalty(step + 1)  # (B, K): each beam followed by EOS, penalised
+            toks = F.pad(ys[:, start:], (0, max_len - step), value=pad_id).reshape(B, K, max_len).clone()
+            toks[:, :, step] = eos_id
+            pool_scores = torch.cat([done_scores, ended], dim=1)  # (B, 2K)
+            done_scores, keep = pool_scores.topk(K, dim=1)
+            done_tokens = torch.cat([done_tokens, toks], dim=1).gather(
+                1, keep[:, :, None].expand(B, K, max_len))
+            cand[:, :, eos_id] = float("-inf")  # EOS leaves the beam; the slots go to unfinished prefixes
+        scores, idx = cand.reshape(B, K * V).topk(K, dim=-1)  # (B, K)
+        beam, tok = idx // V, idx % V
+        rows = (offsets + beam).reshape(-1)  # (B*K,)
+        ys = torch.cat([ys[rows], tok.reshape(-1, 1)], dim=1)
+        state = select_batch(state, rows)
+        if eos_id is not None and step + 1 < max_len:
+            best_open = scores.max(dim=1).values / penalty(step + 1)  # (B,)
+            # done: K finished hypotheses, none of which the best unfinished prefix can still beat
+            if bool((done_scores[:, -1] >= best_open).all()):  # one synchronisation per step
                 break
-    if length_penalty:
-        scores = scores / ((5.0 + lengths.reshape(B, K)) / 6.0) ** length_penalty
-    best = torch.arange(B, device=device) * K + scores.argmax(dim=-1)
-    return ys[best, start:].to(inputs.device)
+    else:
+        step = max_len - 1
+    # unfinished prefixes compete with the finished hypotheses at the length they reached
+    length = step + 1
+    open_tokens = F.pad(ys[:, start:], (0, max_len - length), value=pad_id).reshape(B, K, max_len)
+    pool_scores = torch.cat([done_scores, scores / penalty(length)], dim=1)  # (B, 2K)
+    pool_tokens = torch.cat([done_tokens, open_tokens], dim=1)  # (B, 2K, max_len)
+    best = pool_scores.argmax(dim=1)  # ties: the finished hypothesis, listed first
+    out = pool_tokens[torch.arange(B, device=device), best]  # (B, max_len)
+    # trim the padding columns no hypothesis of the batch uses
+    used = int((out != pad_id).any(dim=0).nonzero().max().item()) + 1 if bool((out != pad_id).any()) else 1
+    return out[:, :used].to(inputs.device)
 
 
 @torch.no_grad()
