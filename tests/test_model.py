@@ -396,3 +396,17 @@ def test_encoder_only_lm_rejects_bad_shapes_and_configs():
     with pytest.raises(ValueError, match=rf"src_vocab_size: expected None or vocab_size={V} for an encoder-only model.*got {V_SRC}"):
         EncoderOnlyLM(tiny_config(src_vocab_size=V_SRC))
     assert EncoderOnlyLM(tiny_config(src_vocab_size=V)).encoder.embed.embedding.num_embeddings == V
+
+
+def test_kv_cache_knows_its_length_and_survives_reordering():
+    from tfmini import KVCache, select_batch
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(tiny_config()).eval()
+    state = model.start_decoding()
+    assert isinstance(state["cache"], KVCache) and state["cache"].length == 0
+    ids = torch.randint(1, V, (3, 5))
+    model.decode_next(ids, state)
+    assert state["cache"].length == 5
+    moved = select_batch(state, torch.tensor([2, 0]))
+    assert isinstance(moved["cache"], KVCache) and moved["cache"].length == 5
+    assert moved["cache"][0]["k"].shape[0] == 2

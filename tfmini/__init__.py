@@ -12,7 +12,8 @@ from .decoding import beam_search, generate, greedy_decode, sample, select_batch
 from .huggingface import from_huggingface
 from .layers import DecoderLayer, EncoderLayer, FeedForward, RMSNorm, SwiGLU
 from .masks import attention_mask, causal_mask, pad_mask, padding_mask
-from .model import Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, TokenEmbedding, Transformer, TransformerConfig
+from .model import (Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, KVCache, TokenEmbedding, Transformer,
+                    TransformerConfig)
 from .positional import (LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rope,
                          rope_cos_sin, rotate_half, sinusoidal_positional_encoding)
 from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_tokens, masked_lm_loss,

@@ -256,6 +256,9 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
                 break
     else:
         step = max_len - 1
+    if eos_id is None:  # nothing finished: the best prefix, all max_len tokens (no read on the host)
+        best = torch.arange(B, device=device) * K + scores.argmax(dim=-1)
+        return ys[best, start:].to(inputs.device)
     # unfinished prefixes compete with the finished hypotheses at the length they reached
     length = step + 1
     open_tokens = F.pad(ys[:, start:], (0, max_len - length), value=pad_id).reshape(B, K, max_len)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 from torch import nn
@@ -21,7 +21,7 @@ from .layers import FFN_ACTIVATIONS, NORMS, DecoderLayer, EncoderLayer, make_nor
 from .masks import attention_mask
 from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 
-__all__ = ["TransformerConfig", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM", "EncoderOnlyLM"]
+__all__ = ["TransformerConfig", "KVCache", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM", "EncoderOnlyLM"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,34 @@ class TokenEmbedding(nn.Module):
         return x if self.scale is None else x * self.scale
 
 
+class KVCache(list):
+    """The KV cache of a decoder: one dict per layer, which the layer fills with ``"k"`` and ``"v"``
+    ``(B, G, t, Dh)`` (and, with cross-attention, the encoder's ``"memory_k"``, ``"memory_v"``).
+
+    A list, so that :func:`tfmini.decoding.select_batch` reorders it like any other state, with one
+    addition: :attr:`length`, the number of positions already cached, ``t``.
+
+    Args:
+        layers: the per-layer dicts (default: none; a decoder's ``new_cache()`` makes one per layer).
+
+    Shape:
+        each layer's ``"k"`` and ``"v"``: ``(B, G, t, Dh)``.
+    """
+
+    def __init__(self, layers=()):
+        super().__init__(layers)
+
+    @property
+    def length(self) -> int:
+        """Positions cached so far (0 before the first step)."""
+        return _cached_length(self)
+
+
+def _cached_length(cache) -> int:
+    """Positions in a KV cache (a :class:`KVCache` or a plain list of per-layer dicts; 0 for None or empty)."""
+    return cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
+
+
 def _check_ids(ids: torch.Tensor, cfg: TransformerConfig, vocab_size: int, name: str) -> None:
     """Ids in the vocabulary and no more positions than the positional table holds, errors naming ``name``."""
     check_token_ids(ids, vocab_size, name)
@@ -263,14 +291,14 @@ class Decoder(nn.Module):
         if cfg.tie_weights:
             self.lm_head.weight = self.embed.embedding.weight
 
-    def new_cache(self) -> List[Dict[str, torch.Tensor]]:
+    def new_cache(self) -> KVCache:
         """An empty KV cache: one dict per layer."""
-        return [{} for _ in self.layers]
+        return KVCache({} for _ in self.layers)
 
     def forward(self, tgt: torch.Tensor, memory: Optional[torch.Tensor] = None,
                 memory_pad: Optional[torch.Tensor] = None, cache: Optional[List[dict]] = None,
                 need_weights: bool = False, check_range: bool = True):
-        offset = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0
+        offset = _cached_length(cache)
         x, rope = _embed(self, tgt, "tgt", check_range, offset)
         memory_mask = attention_mask(key_padding=memory_pad) if memory_pad is not None else None
         weights = []
@@ -332,8 +360,8 @@ class Transformer(nn.Module):
         are in the vocabulary (they are BOS and the model's own predictions): no GPU synchronisation."""
         if use_cache:
             cache = state["cache"]
-            done = cache[0]["k"].shape[2] if "k" in cache[0] else 0
-            logits, _ = self.decoder(ys[:, done:], state["memory"], state["memory_pad"], cache=cache, check_range=False)
+            logits, _ = self.decoder(ys[:, _cached_length(cache):], state["memory"], state["memory_pad"], cache=cache,
+                                     check_range=False)
         else:
             logits, _ = self.decoder(ys, state["memory"], state["memory_pad"], check_range=False)
         return logits[:, -1]
@@ -377,8 +405,7 @@ class DecoderOnlyLM(nn.Module):
         vocabulary (the prompt was checked by :meth:`start_decoding`, the rest are the model's own)."""
         if use_cache:
             cache = state["cache"]
-            done = cache[0]["k"].shape[2] if "k" in cache[0] else 0
-            logits, _ = self.decoder(ys[:, done:], cache=cache, check_range=False)
+            logits, _ = self.decoder(ys[:, _cached_length(cache):], cache=cache, check_range=False)
         else:
             logits, _ = self.decoder(ys, check_range=False)
         return logits[:, -1]
