@@ -195,6 +195,10 @@ def test_rejects_other_models_and_variants():
                                       max_position_embeddings=8, hidden_act="gelu"))
     with pytest.raises(ValueError, match=r"hidden_act = 'silu'"):
         tfmini.from_huggingface(hf)
+    hf = BertForMaskedLM(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                                    vocab_size=V, max_position_embeddings=8, is_decoder=True))
+    with pytest.raises(ValueError, match=r"is_decoder = False"):
+        tfmini.from_huggingface(hf)
 
 
 def test_float64_and_dtype_follow_the_hf_model():

@@ -56,6 +56,8 @@ def _gpt2(hf_model) -> Tuple[nn.Module, List[Tuple[str, Callable[[Dict[str, torc
         raise _unsupported(c, "scale_attn_weights", True, c.scale_attn_weights)
     if getattr(c, "scale_attn_by_inverse_layer_idx", False):
         raise _unsupported(c, "scale_attn_by_inverse_layer_idx", False, True)
+    if getattr(c, "add_cross_attention", False):
+        raise _unsupported(c, "add_cross_attention", False, True)
     if c.activation_function not in _GPT2_ACT:
         raise _unsupported(c, "activation_function", sorted(_GPT2_ACT), c.activation_function)
     cfg = TransformerConfig(
@@ -92,6 +94,8 @@ def _bert(hf_model):
         raise _unsupported(c, "position_embedding_type", "absolute", c.position_embedding_type)
     if c.hidden_act not in _BERT_ACT:
         raise _unsupported(c, "hidden_act", sorted(_BERT_ACT), c.hidden_act)
+    if getattr(c, "is_decoder", False) or getattr(c, "add_cross_attention", False):
+        raise _unsupported(c, "is_decoder", False, True)
     cfg = TransformerConfig(
         vocab_size=c.vocab_size, d_model=c.hidden_size, num_heads=c.num_attention_heads,
         num_encoder_layers=c.num_hidden_layers, d_ff=c.intermediate_size, dropout=0.0,
