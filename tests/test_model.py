@@ -410,3 +410,19 @@ def test_kv_cache_knows_its_length_and_survives_reordering():
     moved = select_batch(state, torch.tensor([2, 0]))
     assert isinstance(moved["cache"], KVCache) and moved["cache"].length == 5
     assert moved["cache"][0]["k"].shape[0] == 2
+
+
+def test_encoder_only_forward_uses_the_fused_kernel_unless_weights_are_asked(monkeypatch):
+    """Without need_weights the encoder-only model must not take the explicit path (which materialises
+    the weights and rounds differently from the fused kernel)."""
+    import tfmini.attention as attention
+    torch.manual_seed(0)
+    model = EncoderOnlyLM(tiny_config()).eval()
+    ids = torch.randint(1, V, (2, 6))
+    with_weights, _ = model(ids, need_weights=True)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("explicit attention path used")
+
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", refuse)
+    assert_close(model(ids), with_weights, atol=1e-5, rtol=0)

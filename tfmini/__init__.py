@@ -2,7 +2,8 @@
 
 Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:`~tfmini.positional`,
 :mod:`~tfmini.layers`, :mod:`~tfmini.rnn`, :mod:`~tfmini.model`, :mod:`~tfmini.decoding`,
-:mod:`~tfmini.data`, :mod:`~tfmini.tokenizer`, :mod:`~tfmini.huggingface`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.train`, :mod:`~tfmini.plot`.
+:mod:`~tfmini.data`, :mod:`~tfmini.tokenizer`, :mod:`~tfmini.huggingface`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.schedules`, :mod:`~tfmini.losses`, :mod:`~tfmini.train`,
+:mod:`~tfmini.checkpoint`, :mod:`~tfmini.evaluation`, :mod:`~tfmini.distributed`, :mod:`~tfmini.plot`.
 """
 from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
                         masked_softmax, scaled_dot_product_attention)
@@ -20,8 +21,11 @@ from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_
                           python_source_text, train_val_split)
 from .tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer
 from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
-from .train import (History, batch_loss, default_device, evaluate, evaluate_by_length, fit, fit_or_load, sequence_accuracy, set_seed,
-                    token_accuracy, transformer_lr, warmup_schedule)
+from .train import History, default_device, fit, set_seed
+from .checkpoint import fit_or_load
+from .evaluation import evaluate, evaluate_by_length, sequence_accuracy, token_accuracy
+from .losses import batch_loss
+from .schedules import transformer_lr, warmup_schedule
 
 from . import distributed, notebook, plot
 

@@ -22,6 +22,9 @@ from typing import Tuple
 
 import torch
 import torch.distributed as dist
+from torch import nn
+
+from .losses import _target_count, batch_loss
 
 __all__ = ["init_from_env", "is_distributed", "rank", "world_size", "local_device", "shard"]
 
@@ -108,3 +111,17 @@ def shard(batch, rank: int, world_size: int):
         raise ValueError(f"batch: expected at least world_size={world_size} rows to share, got {B}")
     sliced = tuple(torch.tensor_split(x, world_size)[rank] for x in parts)
     return sliced if isinstance(batch, (tuple, list)) else sliced[0]
+
+
+def _data_parallel_loss(net: nn.Module, batch, world: int, pad_id: int, label_smoothing: float, loss_fn):
+    """This rank's loss, scaled so that DDP's gradient average is the gradient of the global-batch loss;
+    and that global loss, for the log."""
+    if loss_fn is not None:  # a custom loss: each rank's mean, averaged over ranks as DDP does
+        loss = loss_fn(net, batch)
+        logged = loss.detach().clone()
+        torch.distributed.all_reduce(logged)
+        return loss, logged / world
+    total = batch_loss(net, batch, pad_id, label_smoothing, reduction="sum")
+    stats = torch.stack([total.detach(), _target_count(batch, pad_id)])
+    torch.distributed.all_reduce(stats)  # global sum of token losses, global number of target tokens
+    return total * world / stats[1], stats[0] / stats[1]

@@ -462,7 +462,10 @@ class EncoderOnlyLM(nn.Module):
         return (z, w) if need_weights else z
 
     def forward(self, ids: torch.Tensor, need_weights: bool = False, token_type_ids: Optional[torch.Tensor] = None):
-        z, w = self.hidden_states(ids, need_weights=True, token_type_ids=token_type_ids)
+        if need_weights:
+            z, w = self.hidden_states(ids, need_weights=True, token_type_ids=token_type_ids)
+        else:  # the fused attention kernel: no weights are materialised
+            z, w = self.hidden_states(ids, token_type_ids=token_type_ids), None
         if self.transform is not None:
             z = self.transform(z)
         logits = self.lm_head(z)  # (B, T, V)

@@ -9,6 +9,7 @@ does; :func:`markdown_table` builds its markdown.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Sequence
 
 __all__ = ["glue", "markdown_table", "show_table"]
@@ -132,3 +133,34 @@ def show_table(rows: Sequence[Sequence[Any]], headers: Sequence[Any], title: str
         print(text)
         return
     display(Markdown(text))
+
+
+def _in_kernel() -> bool:
+    """True inside a running Jupyter kernel (ipykernel merely being imported, e.g. by a pytest plugin, is not enough)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from IPython import get_ipython
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+class _Progress:
+    """A live one-line status: updated in place in a notebook and erased at the end, so a
+    notebook's stored output never holds text that changes from run to run."""
+
+    def __init__(self, enabled: bool):
+        self.handle, self.enabled = None, enabled
+        if enabled and _in_kernel():
+            from IPython.display import display
+            self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.handle is not None:
+            self.handle.update({"text/plain": text}, raw=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": ""}, raw=True)

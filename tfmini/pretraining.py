@@ -5,7 +5,7 @@ Shapes: B batch, T sequence length, V vocabulary size.
 
 The text is the standard library's own source code, read with ``inspect``: no download, and the
 same characters on every machine with the same Python version. A decoder-only model trains on
-:func:`lm_windows` of it through :class:`~tfmini.data.Batches` and :func:`~tfmini.train.batch_loss`;
+:func:`lm_windows` of it through :class:`~tfmini.data.Batches` and :func:`~tfmini.losses.batch_loss`;
 an encoder-only model trains with ``fit(..., loss_fn=...)`` and :func:`masked_lm_loss`.
 """
 from __future__ import annotations

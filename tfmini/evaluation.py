@@ -1,0 +1,120 @@
+"""Evaluation of an encoder-decoder by decoding: token and exact-sequence accuracy, overall and by source length."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .decoding import beam_search, greedy_decode
+
+__all__ = ["token_accuracy", "sequence_accuracy", "evaluate", "evaluate_by_length"]
+
+
+def _prefix_match(pred: torch.Tensor, target: torch.Tensor, pad_id: int):
+    """Align ``pred (B, L)`` to ``target (B, T)`` and return (matches, real) bool ``(B, T)``."""
+    if pred.shape[0] != target.shape[0]:
+        raise ValueError(f"pred: expected batch size {target.shape[0]} as in target, got {pred.shape[0]}")
+    T = target.shape[1]
+    if pred.shape[1] < T:
+        pred = F.pad(pred, (0, T - pred.shape[1]), value=pad_id)
+    real = target != pad_id
+    return (pred[:, :T] == target) & real, real
+
+
+def token_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> float:
+    """Fraction of non-pad target positions (EOS included) that ``pred`` gets right.
+
+    Args:
+        pred: decoded ids ``(B, L)``; shorter than the target counts as padding, longer is cut.
+        target: reference ids ``(B, T)``, without BOS.
+        pad_id: the id of the padding token.
+
+    Returns:
+        a number in ``[0, 1]``.
+    """
+    match, real = _prefix_match(pred, target, pad_id)
+    return match.sum().item() / max(real.sum().item(), 1)
+
+
+def sequence_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> float:
+    """Fraction of sequences reproduced exactly, EOS included (so no extra or missing tokens).
+
+    Args:
+        pred: decoded ids ``(B, L)``.
+        target: reference ids ``(B, T)``, without BOS.
+        pad_id: the id of the padding token.
+
+    Returns:
+        a number in ``[0, 1]``.
+    """
+    match, real = _prefix_match(pred, target, pad_id)
+    return (match == real).all(dim=1).float().mean().item()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, pad_id: int = 0,
+             beam_size: int = 1, device=None) -> Dict[str, float]:
+    """Decode every source in ``batches`` (pairs ``(src, tgt)`` with ``tgt`` = BOS ... EOS) and score it.
+
+    Args:
+        model: an encoder-decoder tfmini model.
+        batches: batches of ``(src (B, S), tgt (B, T))``.
+        max_len: the longest output to decode.
+        bos_id, eos_id, pad_id: the special ids of the target vocabulary.
+        beam_size: 1 for :func:`~tfmini.decoding.greedy_decode`, more for
+            :func:`~tfmini.decoding.beam_search`.
+        device: where to decode (default: where the model is).
+
+    Returns:
+        ``{"token_acc": ..., "seq_acc": ...}`` over all examples.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tok = seq = n_tok = n_seq = 0.0
+    for src, tgt in batches:
+        src, gold = src.to(device), tgt[:, 1:].to(device)
+        if beam_size == 1:
+            pred = greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
+        else:
+            pred = beam_search(model, src, max_len, beam_size, bos_id, eos_id, pad_id)
+        real = (gold != pad_id).sum().item()
+        tok += token_accuracy(pred, gold, pad_id) * real
+        seq += sequence_accuracy(pred, gold, pad_id) * src.shape[0]
+        n_tok += real
+        n_seq += src.shape[0]
+    model.train(was_training)
+    return {"token_acc": tok / n_tok, "seq_acc": seq / n_seq}
+
+
+def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width: int = 8, max_len: int = 40,
+                       beam_size: int = 1) -> List[Dict[str, float]]:
+    """:func:`evaluate` on token pairs grouped by source length in bins of ``bin_width`` tokens.
+
+    Args:
+        model: an encoder-decoder tfmini model.
+        pairs: ``(source_tokens, target_tokens)`` pairs.
+        src_vocab, tgt_vocab: the :class:`~tfmini.data.Vocab` of each side.
+        bin_width: source lengths per bin.
+        max_len: the longest output to decode.
+        beam_size: as in :func:`evaluate`.
+
+    Returns:
+        A list with one dict per non-empty bin (shortest first) with the keys ``lo`` and ``hi`` (the
+        bin's source lengths), ``n`` (its number of examples), ``seq_acc`` and ``token_acc``.
+    """
+    from .data import Batches, encode_pairs
+
+    if bin_width < 1:
+        raise ValueError(f"bin_width: expected >= 1, got {bin_width}")
+    groups: Dict[int, list] = {}
+    for src, tgt in pairs:
+        groups.setdefault((len(src) - 1) // bin_width, []).append((src, tgt))
+    rows = []
+    for g in sorted(groups):
+        data = Batches(encode_pairs(groups[g], src_vocab, tgt_vocab), 500, pad_id=tgt_vocab.pad_id, shuffle=False)
+        acc = evaluate(model, data, max_len, tgt_vocab.bos_id, tgt_vocab.eos_id, tgt_vocab.pad_id, beam_size)
+        rows.append({"lo": g * bin_width + 1, "hi": (g + 1) * bin_width, "n": len(groups[g]), **acc})
+    return rows
