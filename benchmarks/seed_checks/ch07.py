@@ -1,12 +1,17 @@
 """Chapter 7: the 48-layer residual experiment (``Sublayer``, ``input_gradients``), post-LN / pre-LN
-gradients at initialisation (``Tagger``, ``twins``, ``layer_gradients``) and the three trainings."""
+gradients at initialisation (``Tagger``, ``twins``, ``layer_gradients``), the three trainings (the chapter
+runs them for seeds 0, 1 and 2; the warm-up run warms up and then keeps the rate constant) and the
+depth sweep of exercise 2's solution."""
+
+import math
 
 import torch
 from torch import nn
 import tfmini
 
 BARS = {"ratio_x": (">=", 1e3), "ratio_w": (">=", 1e3), "g_ratio_last": (">=", 1.5),
-        "g_ratio_last_minus_first": (">=", 0.0), "pre_reached": ("<=", 200), "post_minus_pre_reached": (">=", 1)}
+        "g_ratio_last_minus_first": (">=", 0.0), "pre_reached": ("<=", 200), "post_minus_pre_reached": (">=", 1),
+        "log_ratio_48_minus_6": (">=", 0.0)}
 
 
 class Sublayer(nn.Module):
@@ -70,10 +75,19 @@ def run(seed, steps=200, batch_size=64):
     data = tfmini.Batches(list(zip(src.tolist(), tgt.tolist())), batch_size=batch_size, shuffle=False)
     reached = {}
     for name, model, warmup in (("post", post6, 0), ("pre", pre6, 0), ("warm", warm6, 100)):
+        # the warm-up run: linear warm-up, then the constant rate (a cosine whose horizon is never reached)
+        schedule = dict(schedule="cosine", total_steps=10**9) if warmup else {}
         losses = torch.tensor(tfmini.fit(model, data, steps=steps, lr=1e-2, warmup_steps=warmup, loss_fn=loss_fn,
-                                         log_every=1, seed=seed, device="cpu", progress=False).loss)
+                                         log_every=1, seed=seed, device="cpu", progress=False, **schedule).loss)
         below = (losses.unfold(0, 20, 1).mean(-1) < 0.1).nonzero()
         reached[name] = int(below[0]) + 20 if len(below) else float("inf")
+    tfmini.set_seed(seed)  # exercise 2: log10 of the residual / plain input-gradient ratio, 48 against 6 layers
+    log_ratio = {}
+    for n in (6, 12, 24, 48):
+        stack = nn.ModuleList(Sublayer(kind, 16) for _ in range(n) for kind in ("attention", "feed-forward"))
+        x_n, G_n = torch.randn(4, 8, 16), torch.randn(4, 8, 16)
+        log_ratio[n] = math.log10(input_gradient(stack, x_n, G_n, True)[0] / input_gradient(stack, x_n, G_n, False)[0])
     return {"ratio_x": x_res / x_plain, "ratio_w": w_res / w_plain, "g_ratio_last": ratio[-1].item(),
+            "log_ratio_48_minus_6": log_ratio[48] - log_ratio[6],
             "g_ratio_last_minus_first": (ratio[-1] - ratio[0]).item(), "post_minus_pre_reached": reached["post"]
             - reached["pre"], **{f"{name}_reached": step for name, step in reached.items()}}
