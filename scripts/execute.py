@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     # Nothing is downloaded at run time: the one cell that fetches real weights (chapter 11, for Colab)
     # finds the Hugging Face Hub unreachable at once and says so, instead of waiting for a network.
     os.environ["HF_HUB_OFFLINE"] = "1"
+    # Threads that wait for work sleep instead of spinning: on a machine busy with other processes,
+    # spinning OpenMP threads make every small operation of the RNN chapters a hundred times slower.
+    # It changes no result (the number of threads, and so every sum's order, stays the same).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # A fresh checkpoint folder for this run: a chapter may reuse a model trained by an earlier
     # chapter of the same run (tfmini.fit_or_load), never one left over from another run.
     os.environ["TFMINI_CACHE"] = tempfile.mkdtemp(prefix="tfmini-cache-")

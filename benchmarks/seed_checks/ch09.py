@@ -30,7 +30,7 @@ def run(seed: int) -> dict:
                          eval_fn=lambda m: tfmini.evaluate(m, val_data, max_len=40, bos_id=BOS, eos_id=EOS),
                          stop_fn=lambda m: m["seq_acc"] >= 0.99)
     test = tfmini.evaluate(model, test_data, max_len=40, bos_id=BOS, eos_id=EOS)
-    rows = tfmini.train.evaluate_by_length(model, test_pairs, src_vocab, tgt_vocab, bin_width=8)
+    rows = tfmini.evaluate_by_length(model, test_pairs, src_vocab, tgt_vocab, bin_width=8)
     device = next(model.parameters()).device
     src, tgt = test_pairs[3]
     with torch.no_grad():
