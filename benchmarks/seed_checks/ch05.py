@@ -1,5 +1,6 @@
 """Chapter 5, "Heads of a trained model": the cells of ``sum_task``, ``Labeller``, ``train_labeller``,
-``weight_on_neighbours``, and those that train the sum model and the 2- and 1-head neighbours models."""
+``weight_on_neighbours``, those that train the sum model and the 2- and 1-head neighbours models, and the
+hidden solution of exercise 3 (a 4-head model, and a 1-head model given 4 times the 2-head model's steps)."""
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +9,9 @@ import tfmini
 T, IGNORE, VAL_SEED, TEST_SEED = 10, -100, 1001, 1000
 BARS = {"sum_acc": (">=", 0.99), "sum_min_side": (">=", 0.2), "sum_gap": ("<=", 0.1),
         "nb_acc": (">=", 0.999), "one_acc": ("<=", 0.9), "left_on_left": (">=", 0.5), "left_on_right": ("<=", 0.1),
-        "right_on_right": (">=", 0.5), "right_on_left": ("<=", 0.1)}
+        "right_on_right": (">=", 0.5), "right_on_left": ("<=", 0.1),
+        "four_acc": (">=", 0.999), "four_best_left": (">=", 0.5), "four_best_right": (">=", 0.5),
+        "patient_acc": (">=", 0.95), "patient_side_gap": (">=", 0.1)}
 
 
 def sum_task(n, g, V=10):
@@ -65,7 +68,7 @@ def share(model, x):
 def run(seed):
     torch.set_num_threads(1)
     models = []
-    for vocab, labels, heads in ((10, 1, 2), (64, 2, 2), (64, 2, 1)):
+    for vocab, labels, heads in ((10, 1, 2), (64, 2, 2), (64, 2, 1), (64, 2, 4), (64, 2, 1)):
         tfmini.set_seed(seed)
         models.append(Labeller(vocab, labels, heads))
     _, sum_acc, _, x_sum = train(models[0], sum_task, 1000, 0.995, seed)
@@ -73,7 +76,12 @@ def run(seed):
     _, one_acc, _, _ = train(models[2], neighbours_task, steps, None, seed)
     s, t = share(models[0], x_sum), share(models[1], x_test)
     left = int(share(models[1], x_val)[:, 0].argmax())  # the left head is chosen on validation data
+    _, four_acc, _, _ = train(models[3], neighbours_task, 1000, 1.0, seed)
+    _, patient_acc, _, _ = train(models[4], neighbours_task, 4 * steps, None, seed)
+    s4, s1 = share(models[3], x_test), share(models[4], x_test)
     return {"sum_acc": sum_acc, "sum_min_side": min(s[:, 0].min(), s[:, 2].min()).item(),
             "sum_gap": (s[:, 0] - s[:, 2]).abs().max().item(), "nb_acc": nb_acc, "one_acc": one_acc,
             "left_on_left": t[left, 0].item(), "left_on_right": t[left, 2].item(),
-            "right_on_right": t[1 - left, 2].item(), "right_on_left": t[1 - left, 0].item(), "nb_steps": steps}
+            "right_on_right": t[1 - left, 2].item(), "right_on_left": t[1 - left, 0].item(), "nb_steps": steps,
+            "four_acc": four_acc, "four_best_left": s4[:, 0].max().item(), "four_best_right": s4[:, 2].max().item(),
+            "patient_acc": patient_acc, "patient_side_gap": (s1[0, 0] - s1[0, 2]).abs().item()}
