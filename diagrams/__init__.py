@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import recurrent, scale, transformer
+from . import modern, recurrent, scale, transformer
 from .canvas import Canvas, save
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,7 @@ DIAGRAMS = [
     Diagram("sequential_vs_parallel", 10, scale.sequential_vs_parallel),
     Diagram("families", 11, scale.families),
     Diagram("bpe_merges", 12, scale.bpe_merges),
+    Diagram("modern_block", 13, modern.modern_block),
 ]
 
 

@@ -53,6 +53,8 @@ def _value(node: ast.AST) -> Any:
         return len(_value(node.args[0]))
     if isinstance(node, ast.Tuple):
         return tuple(_value(element) for element in node.elts)
+    if isinstance(node, ast.Dict) and all(key is not None for key in node.keys):
+        return {_value(key): _value(value) for key, value in zip(node.keys, node.values)}
     return ast.literal_eval(node)
 
 

@@ -113,7 +113,7 @@ def bahdanau_step() -> dict:
     scores = torch.tensor(call_arguments(2, "tensor", 0)[0][0], dtype=torch.float64)
     src_vocab, tgt_vocab = spelled_vocabs(2)
     torch.manual_seed(0)
-    model = tfmini.AttentionSeq2SeqRNN(len(src_vocab), len(tgt_vocab), **call_keywords(2, "AttentionSeq2SeqRNN"))
+    model = tfmini.AttentionSeq2SeqRNN(len(src_vocab), len(tgt_vocab), **assigned(2, "CONFIG")["attention"])
     src = torch.full((1, len(scores)), src_vocab.encode(["seven"])[0])  # S = one source position per score
     with Recorder({"features": model.features, "attention": model.attention}) as rec, torch.no_grad():
         state = model.start_decoding(src)
@@ -301,3 +301,25 @@ def bpe() -> dict:
         steps.append((pair, ids))
     assert ids == tok.encode(text)
     return {"text": text, "steps": steps, "vocab": [tok.vocab[i].decode() for i in range(256, tok.vocab_size)]}
+
+
+@functools.cache
+def modern_block() -> dict:
+    """Chapter 13: one block of the Llama-style decoder, on a batch of the chapter's training windows.
+
+    The configuration is the chapter's ``LLAMA`` options with its ``CONTEXT`` and ``BATCH``; the
+    vocabulary (the characters of the chapter's text) does not change any shape inside a block, so a
+    stand-in size is used."""
+    options, T, B = assigned(13, "LLAMA"), assigned(13, "CONTEXT"), assigned(13, "BATCH")
+    model = tfmini.DecoderOnlyLM(tfmini.TransformerConfig(100, max_len=T, **options)).eval()
+    layer, cfg = model.decoder.layers[0], model.cfg
+    with torch.no_grad():
+        x = model.decoder.embed(torch.zeros(B, T, dtype=torch.long))
+        q, k, v = layer.self_attn.project_qkv(layer.norm1(x))
+        groups = cfg.num_heads // cfg.num_kv_heads
+        shared = k.repeat_interleave(groups, dim=1)
+        attended = x + layer.self_attn(layer.norm1(x), layer.norm1(x), layer.norm1(x), is_causal=True)[0]
+        hidden = layer.ff.linear1(layer.norm3(attended))
+        out = model.decoder.layers[0](x, is_causal=True)[0]
+    return {"config": cfg, "x": _shape(x), "q": _shape(q), "k": _shape(k), "v": _shape(v), "shared": _shape(shared),
+            "hidden": _shape(hidden), "out": _shape(out), "groups": groups}

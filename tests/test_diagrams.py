@@ -177,7 +177,8 @@ def figures(path: Path) -> list[dict]:
 def test_chapter_opens_with_a_diagram(path):
     found = figures(path)
     assert found, f"{path.name} shows no diagram of images/diagrams/"
-    assert found[0]["cell"] <= 3, f"{path.name}: the first diagram is in cell {found[0]['cell']}, not among the first"
+    # among the first cells: after the opening, the setup cells and at most a short motivation
+    assert found[0]["cell"] <= 4, f"{path.name}: the first diagram is in cell {found[0]['cell']}, not among the first"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.name for p in CHAPTERS])
