@@ -32,24 +32,24 @@ def _fingerprint(model: nn.Module, batches, fit_kwargs: dict) -> str:
 
 
 def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_kwargs) -> History:
-    """:func:`fit`, or load the result of an identical earlier :func:`fit` from a checkpoint.
+    """:func:`~tfmini.train.fit`, or load the result of an identical earlier :func:`~tfmini.train.fit` from a checkpoint.
 
     Chapters that train the same model with the same seed, data and arguments (say, chapter 2
     re-using chapter 1's baseline) can share one training run. The checkpoint is keyed by the
     architecture, the initial weights, the data, every training argument and tfmini's source code,
     so any change retrains. The returned history has ``loaded=True`` when it came from disk.
     Checkpoints hold CPU tensors and load on any device: a model trained on a GPU loads on a CPU-only
-    machine and vice versa, and is moved to ``device`` (default: :func:`default_device`).
+    machine and vice versa, and is moved to ``device`` (default: :func:`~tfmini.train.default_device`).
 
     Returns:
-        the :class:`History` of the training run, trained now or loaded.
+        the :class:`~tfmini.train.History` of the training run, trained now or loaded.
 
     Args:
-        model, batches: as for :func:`fit`; ``batches`` must be :class:`~tfmini.data.Batches` (or have its
+        model, batches: as for :func:`~tfmini.train.fit`; ``batches`` must be :class:`~tfmini.data.Batches` (or have its
             ``examples``), whose examples, batch size and seed key the checkpoint.
         name: a readable prefix for the checkpoint file.
         cache_dir: where checkpoints live; default ``$TFMINI_CACHE`` or ``~/.cache/tfmini``.
-        fit_kwargs: passed to :func:`fit`; callables (``eval_fn``, ``stop_fn``, ``loss_fn``) are not
+        fit_kwargs: passed to :func:`~tfmini.train.fit`; callables (``eval_fn``, ``stop_fn``, ``loss_fn``) are not
             allowed, because they cannot be part of the key.
     """
     for key in ("eval_fn", "stop_fn", "loss_fn"):

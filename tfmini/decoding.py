@@ -279,7 +279,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optio
     """Continue prompts with a decoder-only model: the prompt followed by the new tokens.
 
     Greedy by default, as Hugging Face's ``generate(do_sample=False)``, whose tokens it reproduces for
-    a model loaded with :func:`tfmini.from_huggingface`. Decoding uses the KV cache (``use_cache``):
+    a model loaded with :func:`tfmini.huggingface.from_huggingface`. Decoding uses the KV cache (``use_cache``):
     the prompt is read in one pass, then one position per step. A sequence that produces ``eos_id``
     is padded with ``pad_id`` after it, and generation stops early when every sequence has.
 

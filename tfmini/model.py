@@ -51,7 +51,7 @@ class TransformerConfig:
         mlm_transform: an encoder-only model's output head is BERT's (dense, activation, LayerNorm, then the
             projection with a bias) instead of one projection.
 
-    Defaults give the Transformer of Vaswani et al.; :func:`tfmini.from_huggingface` sets the options
+    Defaults give the Transformer of Vaswani et al.; :func:`tfmini.huggingface.from_huggingface` sets the options
     of GPT-2, BERT and Llama, and ``norm="rmsnorm", positional="rope", activation="swiglu",
     num_kv_heads=G`` with ``norm_first=True`` and no biases is a Llama-style decoder.
     """

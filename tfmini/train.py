@@ -55,7 +55,7 @@ class History:
         step, loss, lr, time: one entry per logged step: the step number, the training loss, the
             learning rate that step used and the seconds since training started.
         evals: one dict per evaluation, the result of ``eval_fn`` with ``step`` and ``time`` added.
-        loaded: True when :func:`fit_or_load` took the history from a checkpoint.
+        loaded: True when :func:`~tfmini.checkpoint.fit_or_load` took the history from a checkpoint.
     """
 
     step: List[int] = field(default_factory=list)
@@ -90,10 +90,10 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         batches: a re-iterable of batches (e.g. :class:`tfmini.data.Batches`).
         steps / epochs: stop after this many optimiser steps / passes (give one or both).
         lr: the peak learning rate of AdamW.
-        warmup_steps: steps of linear warm-up (see :func:`warmup_schedule`).
+        warmup_steps: steps of linear warm-up (see :func:`~tfmini.schedules.warmup_schedule`).
         weight_decay: AdamW's decoupled weight decay.
         clip_norm: clip the gradient norm to this value (None: no clipping).
-        label_smoothing, pad_id: passed to :func:`batch_loss`.
+        label_smoothing, pad_id: passed to :func:`~tfmini.losses.batch_loss`.
         seed: seeds everything (:func:`set_seed`) before training.
         device: where to train (default: :func:`default_device`).
         eval_every: steps between evaluations.
@@ -104,8 +104,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         time_limit: stop after this many seconds of training.
         progress: show a live status line (never left in a notebook's stored output).
         loss_fn: ``loss_fn(model, batch) -> scalar loss`` for models that are not next-token
-            predictors (e.g. a tagger); default: :func:`batch_loss` with ``pad_id`` and ``label_smoothing``.
-        schedule, total_steps: the learning-rate shape after the warm-up (see :func:`warmup_schedule`);
+            predictors (e.g. a tagger); default: :func:`~tfmini.losses.batch_loss` with ``pad_id`` and ``label_smoothing``.
+        schedule, total_steps: the learning-rate shape after the warm-up (see :func:`~tfmini.schedules.warmup_schedule`);
             with ``schedule="cosine"``, ``total_steps`` defaults to ``steps``, or without ``steps`` to
             ``epochs * len(batches)``.
 
