@@ -48,6 +48,24 @@ def interleaved(fns: dict, repeats: int, inner: int) -> dict:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def training_step_times(models: dict, loss_of, repeats: int, inner: int) -> dict:
+    """Median seconds of one training step (loss, backward, AdamW step) of each model, interleaved;
+    ``loss_of(name, model)`` returns the model's scalar loss on the benchmark's batch."""
+    steps = {}
+    for name, model in models.items():
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(name=name, model=model, opt=opt):
+            loss = loss_of(name, model)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        steps[name] = step
+    return interleaved(steps, repeats, inner)
+
+
 def copy_mha(ours: tfmini.MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
@@ -124,20 +142,11 @@ def bench_training(B, S, T, repeats, inner):
     src = torch.randint(4, 1000, (B, S))
     src[: B // 2, S - S // 4:] = cfg.pad_id
     tgt = torch.randint(4, 1000, (B, T + 1))
-    steps = {}
-    for name, model in models.items():
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    def loss_of(name, model):
+        logits = model(src, tgt[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1), ignore_index=0)
 
-        def step(model=model, opt=opt):
-            logits = model(src, tgt[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1), ignore_index=0)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-        steps[name] = step
-    t = interleaved(steps, repeats, inner)
+    t = training_step_times(models, loss_of, repeats, inner)
     ratio = t["ours"] / t["ref"]
     print(f"parameters: tfmini {n_params['ours']:,}, torch {n_params['ref']:,}; batch {B}, source {S}, target {T}")
     print(f"tfmini {1e3 * t['ours']:.1f} ms, torch {1e3 * t['ref']:.1f} ms | ratio {ratio:.3f} (<= 1.05)")
@@ -295,23 +304,12 @@ def bench_nanogpt(B, T, repeats, inner):
     n_params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
     data = torch.randint(0, V, (B, T + 1), generator=torch.Generator().manual_seed(2))
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    steps = {}
-    for name, model in models.items():
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    def loss_of(name, model):
+        if name == "ours":
+            return F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+        return model(x, y)[1]  # nanoGPT returns (logits, loss)
 
-        def step(name=name, model=model, opt=opt):
-            if name == "ours":
-                logits = model(x)
-                loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
-            else:
-                _, loss = model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-        steps[name] = step
-    t = interleaved(steps, repeats, inner)
+    t = training_step_times(models, loss_of, repeats, inner)
     ratio = t["ours"] / t["ref"]
     print(f"parameters: tfmini {n_params['ours']:,}, nanoGPT {n_params['ref']:,}")
     print(f"tfmini {1e3 * t['ours']:.1f} ms, nanoGPT {1e3 * t['ref']:.1f} ms | ratio {ratio:.3f}")
