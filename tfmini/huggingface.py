@@ -30,8 +30,8 @@ __all__ = ["from_huggingface", "SUPPORTED"]
 
 SUPPORTED = ("GPT2LMHeadModel", "BertForMaskedLM", "LlamaForCausalLM")
 
-_GPT2_ACT = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
-_BERT_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+# Hugging Face's activation names (GPT-2 and BERT) -> tfmini's
+_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 
 
 def _unsupported(config, what: str, expected, got) -> ValueError:
@@ -58,12 +58,12 @@ def _gpt2(hf_model) -> Tuple[nn.Module, List[Tuple[str, Callable[[Dict[str, torc
         raise _unsupported(c, "scale_attn_by_inverse_layer_idx", False, True)
     if getattr(c, "add_cross_attention", False):
         raise _unsupported(c, "add_cross_attention", False, True)
-    if c.activation_function not in _GPT2_ACT:
-        raise _unsupported(c, "activation_function", sorted(_GPT2_ACT), c.activation_function)
+    if c.activation_function not in _ACT:
+        raise _unsupported(c, "activation_function", sorted(_ACT), c.activation_function)
     cfg = TransformerConfig(
         vocab_size=c.vocab_size, d_model=c.n_embd, num_heads=c.n_head, num_decoder_layers=c.n_layer,
         d_ff=c.n_inner or 4 * c.n_embd, dropout=0.0, max_len=c.n_positions, norm_first=True, positional="learned",
-        tie_weights=_tied(hf_model), activation=_GPT2_ACT[c.activation_function], norm_eps=c.layer_norm_epsilon,
+        tie_weights=_tied(hf_model), activation=_ACT[c.activation_function], norm_eps=c.layer_norm_epsilon,
         embed_scale=False, pad_id=_pad_id(c, c.vocab_size))
     model = DecoderOnlyLM(cfg)
     D = c.n_embd
@@ -92,15 +92,15 @@ def _bert(hf_model):
     c = hf_model.config
     if getattr(c, "position_embedding_type", "absolute") not in (None, "absolute"):
         raise _unsupported(c, "position_embedding_type", "absolute", c.position_embedding_type)
-    if c.hidden_act not in _BERT_ACT:
-        raise _unsupported(c, "hidden_act", sorted(_BERT_ACT), c.hidden_act)
+    if c.hidden_act not in _ACT:
+        raise _unsupported(c, "hidden_act", sorted(_ACT), c.hidden_act)
     if getattr(c, "is_decoder", False) or getattr(c, "add_cross_attention", False):
         raise _unsupported(c, "is_decoder", False, True)
     cfg = TransformerConfig(
         vocab_size=c.vocab_size, d_model=c.hidden_size, num_heads=c.num_attention_heads,
         num_encoder_layers=c.num_hidden_layers, d_ff=c.intermediate_size, dropout=0.0,
         max_len=c.max_position_embeddings, norm_first=False, positional="learned", tie_weights=_tied(hf_model),
-        activation=_BERT_ACT[c.hidden_act], norm_eps=c.layer_norm_eps, embed_scale=False, embed_norm=True,
+        activation=_ACT[c.hidden_act], norm_eps=c.layer_norm_eps, embed_scale=False, embed_norm=True,
         type_vocab_size=c.type_vocab_size, mlm_transform=True, pad_id=_pad_id(c, c.vocab_size))
     model = EncoderOnlyLM(cfg)
     e = "bert.embeddings."

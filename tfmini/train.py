@@ -205,5 +205,4 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
 # What lived in this module before it was split, importable from here as before (tfmini.train.evaluate...).
 from .checkpoint import fit_or_load  # noqa: E402,F401  (imports this module: keep it last)
 from .evaluation import evaluate, evaluate_by_length, sequence_accuracy, token_accuracy  # noqa: E402,F401
-from .losses import batch_loss as batch_loss  # noqa: E402,F401
-from .schedules import transformer_lr  # noqa: E402,F401
+from .schedules import transformer_lr  # noqa: E402,F401  (batch_loss and warmup_schedule: imported above)
