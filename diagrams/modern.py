@@ -34,7 +34,7 @@ def _sharing(c: Canvas, x0: float, y_top: float, H: int, G: int) -> None:
 
 
 def modern_block() -> Canvas:
-    """Chapter 13: a Llama-style decoder block with the shapes of the chapter's model."""
+    """Chapter 14: a Llama-style decoder block with the shapes of the chapter's model."""
     s = shapes.modern_block()
     cfg = s["config"]
     H, G = cfg.num_heads, cfg.num_kv_heads

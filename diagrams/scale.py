@@ -1,5 +1,5 @@
 """Diagrams of decoding and of Part III: a beam-search tree (chapter 9), sequential steps against one
-parallel layer and the growing T x T matrix (chapter 10), the three families (chapter 11), and byte-level
+parallel layer and the growing T x T matrix (chapter 11), the three families (chapter 12), and byte-level
 BPE merges (the chapter on tokens)."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def beam_search() -> Canvas:
 
 
 def sequential_vs_parallel() -> Canvas:
-    """Chapter 10: an RNN's chain of T steps against one attention layer, and the T x T weights."""
+    """Chapter 11: an RNN's chain of T steps against one attention layer, and the T x T weights."""
     s = shapes.cost()
     c = Canvas(7.6, 3.5)
     c.title("T steps one after another, or one layer at once, at the price of T × T weights")
@@ -113,7 +113,7 @@ def sequential_vs_parallel() -> Canvas:
 
 
 def families() -> Canvas:
-    """Chapter 11: encoder-only, decoder-only and encoder-decoder, built from the same layers."""
+    """Chapter 12: encoder-only, decoder-only and encoder-decoder, built from the same layers."""
     s = shapes.families()
     cfg = s["config"]
     c = Canvas(7.6, 3.8)

@@ -269,7 +269,7 @@ def kv_cache() -> dict:
 
 @functools.cache
 def cost() -> dict:
-    """Chapter 10: the T x T weights of one head for the chapter's lengths, and their bytes in float32."""
+    """Chapter 11: the T x T weights of one head for the chapter's lengths, and their bytes in float32."""
     T_values = assigned(10, "T_values")
     weights = {}
     for T in T_values:
@@ -281,7 +281,7 @@ def cost() -> dict:
 
 @functools.cache
 def families() -> dict:
-    """Chapter 11: the three families built from the chapter's one configuration."""
+    """Chapter 12: the three families built from the chapter's one configuration."""
     V = assigned(11, "V")
     config = tfmini.TransformerConfig(V, **assigned(11, "SMALL"))
     return {"V": V, "config": config}
@@ -305,7 +305,7 @@ def bpe() -> dict:
 
 @functools.cache
 def modern_block() -> dict:
-    """Chapter 13: one block of the Llama-style decoder, on a batch of the chapter's training windows.
+    """Chapter 14: one block of the Llama-style decoder, on a batch of the chapter's training windows.
 
     The configuration is the chapter's ``LLAMA`` options with its ``CONTEXT`` and ``BATCH``; the
     vocabulary (the characters of the chapter's text) does not change any shape inside a block, so a

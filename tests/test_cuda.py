@@ -204,7 +204,7 @@ def test_decoder_only_model_trains_on_lm_windows_on_the_gpu():
     with torch.no_grad():
         val_loss = tfmini.batch_loss(gpt, val.to(CUDA))
     assert torch.isfinite(val_loss)
-    # chapter 11's generate(): prompt and generator on the CPU, the model on the GPU
+    # chapter 12's generate(): prompt and generator on the CPU, the model on the GPU
     g = torch.Generator().manual_seed(0)
     ids = torch.tensor([vocab.encode(list("def "))])
     new = sample(gpt, ids, 20, temperature=0.8, generator=g)

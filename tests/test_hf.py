@@ -212,7 +212,7 @@ def test_float64_and_dtype_follow_the_hf_model():
 
 
 def test_parameter_counts_of_the_real_configs():
-    """GPT-2 small and BERT-base as chapter 11 counts them: GPT-2 with its tied head (124,439,808),
+    """GPT-2 small and BERT-base as chapter 12 counts them: GPT-2 with its tied head (124,439,808),
     BERT-base as ``BertModel``, the encoder with its pooler (a dense layer on the first token) and
     without the masked-LM head (109,482,240)."""
     from transformers import BertModel
