@@ -47,10 +47,10 @@ DIAGRAMS = [
     Diagram("full_transformer", 9, transformer.full_transformer),
     Diagram("kv_cache", 9, transformer.kv_cache),
     Diagram("beam_search", 9, scale.beam_search),
-    Diagram("sequential_vs_parallel", 10, scale.sequential_vs_parallel),
-    Diagram("families", 11, scale.families),
-    Diagram("bpe_merges", 12, scale.bpe_merges),
-    Diagram("modern_block", 13, modern.modern_block),
+    Diagram("sequential_vs_parallel", 11, scale.sequential_vs_parallel),
+    Diagram("families", 12, scale.families),
+    Diagram("bpe_merges", 13, scale.bpe_merges),
+    Diagram("modern_block", 14, modern.modern_block),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Diagram of the modern decoder chapter (13): one Llama-style block, pre-RMSNorm, grouped-query attention
+"""Diagram of the modern decoder chapter (14): one Llama-style block, pre-RMSNorm, grouped-query attention
 with RoPE on queries and keys, and SwiGLU."""
 
 from __future__ import annotations

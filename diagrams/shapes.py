@@ -270,7 +270,7 @@ def kv_cache() -> dict:
 @functools.cache
 def cost() -> dict:
     """Chapter 11: the T x T weights of one head for the chapter's lengths, and their bytes in float32."""
-    T_values = assigned(10, "T_values")
+    T_values = assigned(11, "T_values")
     weights = {}
     for T in T_values:
         q = torch.randn(1, 1, T, 8)
@@ -282,8 +282,8 @@ def cost() -> dict:
 @functools.cache
 def families() -> dict:
     """Chapter 12: the three families built from the chapter's one configuration."""
-    V = assigned(11, "V")
-    config = tfmini.TransformerConfig(V, **assigned(11, "SMALL"))
+    V = assigned(12, "V")
+    config = tfmini.TransformerConfig(V, **assigned(12, "SMALL"))
     return {"V": V, "config": config}
 
 
@@ -310,7 +310,7 @@ def modern_block() -> dict:
     The configuration is the chapter's ``LLAMA`` options with its ``CONTEXT`` and ``BATCH``; the
     vocabulary (the characters of the chapter's text) does not change any shape inside a block, so a
     stand-in size is used."""
-    options, T, B = assigned(13, "LLAMA"), assigned(13, "CONTEXT"), assigned(13, "BATCH")
+    options, T, B = assigned(14, "LLAMA"), assigned(14, "CONTEXT"), assigned(14, "BATCH")
     model = tfmini.DecoderOnlyLM(tfmini.TransformerConfig(100, max_len=T, **options)).eval()
     layer, cfg = model.decoder.layers[0], model.cfg
     with torch.no_grad():
