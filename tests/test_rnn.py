@@ -124,7 +124,7 @@ def test_plain_rnn_has_no_weights():
 
 
 @pytest.mark.parametrize("cls, kw", [(Seq2SeqRNN, {}), (Seq2SeqRNN, {"reverse_source": True}),
-                                     (AttentionSeq2SeqRNN, {})])
+                                     (AttentionSeq2SeqRNN, {}), (AttentionSeq2SeqRNN, {"bidirectional": True})])
 def test_extra_source_padding_changes_nothing(cls, kw):
     model = make_model(cls, **kw)
     src, tgt = make_batch()
@@ -137,6 +137,30 @@ def test_extra_source_padding_changes_nothing(cls, kw):
             assert_close(model(src[b:b + 1, :n], tgt[b:b + 1]), model(src, tgt)[b:b + 1], rtol=1e-5, atol=1e-6)
 
 
+def test_bidirectional_encoder_is_bahdanaus():
+    """Annotations [forward h_j; backward h_j] from two LSTMs run over each unpadded source, the decoder's
+    first state tanh(W_s backward h_1) with a zero cell, and every step as the unidirectional model's."""
+    torch.manual_seed(0)
+    model = make_model(AttentionSeq2SeqRNN, bidirectional=True)
+    src, tgt = make_batch()
+    fwd, bwd = nn.LSTM(8, 12, batch_first=True), nn.LSTM(8, 12, batch_first=True)
+    enc = model.encoder
+    fwd.load_state_dict({k + "_l0": getattr(enc, k + "_l0") for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")})
+    bwd.load_state_dict({k + "_l0": getattr(enc, k + "_l0_reverse") for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")})
+    with torch.no_grad():
+        state = model.start_decoding(src)
+        for b in range(src.shape[0]):
+            n = int((src[b] != 0).sum())
+            x = model.src_embed(src[b:b + 1, :n])                               # (1, n, E)
+            out_f, _ = fwd(x)
+            out_b, (h_b, _) = bwd(x.flip(1))
+            annotations = torch.cat([out_f, out_b.flip(1)], dim=-1)[0]           # (n, 2Hd)
+            assert_close(state["features"][b, :n], model.features(annotations), rtol=1e-5, atol=1e-6)
+            assert_close(state["h"][b], torch.tanh(model.init_state(h_b[0, 0])), rtol=1e-5, atol=1e-6)
+        assert (state["c"] == 0).all()
+    assert model.features.in_features == 24 and make_model(AttentionSeq2SeqRNN).init_state is None
+
+
 def test_reverse_source_is_feeding_the_reversed_source():
     fwd = make_model(Seq2SeqRNN)
     rev = make_model(Seq2SeqRNN, reverse_source=True)
@@ -147,9 +171,10 @@ def test_reverse_source_is_feeding_the_reversed_source():
         assert not torch.allclose(rev(src, tgt), fwd(src, tgt))
 
 
-@pytest.mark.parametrize("cls", RNN_MODELS)
-def test_step_by_step_decoding_equals_teacher_forcing(cls):
-    model = make_model(cls)
+@pytest.mark.parametrize("cls, kw", [(Seq2SeqRNN, {}), (AttentionSeq2SeqRNN, {}),
+                                     (AttentionSeq2SeqRNN, {"bidirectional": True})])
+def test_step_by_step_decoding_equals_teacher_forcing(cls, kw):
+    model = make_model(cls, **kw)
     src, tgt = make_batch()
     with torch.no_grad():
         full = model(src, tgt)

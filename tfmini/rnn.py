@@ -90,22 +90,25 @@ def reverse_padded(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 class _RNNSeq2SeqBase(nn.Module):
     """Embeddings, a (packed) LSTM encoder, input checks and the decoding interface."""
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int, d_hidden: int, pad_id: int):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int, d_hidden: int, pad_id: int,
+                 bidirectional: bool = False):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size, self.pad_id = src_vocab_size, tgt_vocab_size, pad_id
         self.src_embed = nn.Embedding(src_vocab_size, d_emb, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_emb, padding_idx=pad_id)
-        self.encoder = nn.LSTM(d_emb, d_hidden, batch_first=True)
+        self.encoder = nn.LSTM(d_emb, d_hidden, batch_first=True, bidirectional=bidirectional)
 
     def _encode(self, src: torch.Tensor):
-        """src ``(B, S)`` -> outputs ``(B, S, Hd)`` (zeros at padding) and the last real state ``(h, c)``."""
+        """src ``(B, S)`` -> outputs ``(B, S, Hd)`` (``(B, S, 2Hd)`` when bidirectional; zeros at padding)
+        and the last real state ``(h, c)`` of the forward direction (of the backward one when
+        bidirectional: it ends on the first token, having read the whole source)."""
         lengths = (src != self.pad_id).sum(dim=1).cpu()  # (B,) packing needs them on the CPU: one copy, checked there
         if bool((lengths == 0).any()):
             raise ValueError(f"src: expected every sequence to have at least one non-pad token, got lengths {lengths.tolist()}")
         packed = pack_padded_sequence(self.src_embed(src), lengths, batch_first=True, enforce_sorted=False)
         out, (h, c) = self.encoder(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, Hd)
-        return out, (h[0], c[0])  # (B, Hd) each
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, Hd or 2Hd)
+        return out, (h[-1], c[-1])  # (B, Hd) each: the forward direction's, or with two the backward one's
 
     def _check(self, src, tgt=None):
         check_token_ids(src, self.src_vocab_size, "src")
@@ -187,6 +190,11 @@ class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
         d_hidden: width ``Hd`` of the LSTM states and of the features.
         d_attn: width of the attention's score MLP (default ``d_hidden``).
         pad_id: the id of the padding token (in both vocabularies).
+        bidirectional: encode with a forward and a backward LSTM, as Bahdanau et al. do: the
+            annotation of word :math:`j` is :math:`[\overrightarrow{\mathbf h}_j; \overleftarrow{\mathbf h}_j]`
+            ``(2Hd)``, mapped to the features by :math:`W_f` ``(Hd, 2Hd)``, and the decoder starts
+            from :math:`\mathbf h^d_0 = \tanh(W_s \overleftarrow{\mathbf h}_1)`, :math:`\mathbf c^d_0 = \mathbf 0`
+            (their :math:`s_0`). Without it, the decoder starts from the encoder's last state.
 
     ``forward(src, tgt, need_weights=False)`` returns the logits, and with ``need_weights=True``
     ``(logits, weights)``.
@@ -197,15 +205,19 @@ class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_emb: int = 64, d_hidden: int = 128,
-                 d_attn: Optional[int] = None, pad_id: int = 0):
-        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id)
+                 d_attn: Optional[int] = None, pad_id: int = 0, bidirectional: bool = False):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_emb, d_hidden, pad_id, bidirectional)
+        self.bidirectional = bidirectional
         self.decoder_cell = nn.LSTMCell(d_emb + d_hidden, d_hidden)
-        self.features = nn.Linear(d_hidden, d_hidden)
+        self.features = nn.Linear(2 * d_hidden if bidirectional else d_hidden, d_hidden)
+        self.init_state = nn.Linear(d_hidden, d_hidden) if bidirectional else None
         self.attention = BahdanauAttention(d_hidden, d_hidden, d_attn or d_hidden)
         self.out = nn.Linear(2 * d_hidden, tgt_vocab_size)
 
     def _start(self, src):
-        enc_out, (h, c) = self._encode(src)
+        enc_out, (h, c) = self._encode(src)  # (B, S, Hd or 2Hd); (B, Hd) each
+        if self.bidirectional:
+            h, c = torch.tanh(self.init_state(h)), torch.zeros_like(c)  # from the backward LSTM's last state
         features = self.features(enc_out)  # (B, S, Hd)
         return {"h": h, "c": c, "features": features, "mask": src != self.pad_id,
                 "keys": self.attention.score.W_k(features)}  # keys projected once, used at every step
