@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from tfmini import (AttentionSeq2SeqRNN, DecoderOnlyLM, Seq2SeqRNN, Transformer, TransformerConfig, beam_search,
+from tfmini import (AttentionSeq2SeqRNN, DecoderOnlyLM, Seq2SeqRNN, Transformer, TransformerConfig, beam_search, generate,
                     greedy_decode, sample, select_batch)
 
 V, BOS, EOS, PAD = 11, 1, 2, 0
@@ -438,3 +438,56 @@ def test_decoding_stops_where_the_positions_end(kind):
         assert tfmini.sample(model, inputs, 50, generator=torch.Generator().manual_seed(0), **kw).shape == (2, room)
         assert tfmini.beam_search(model, inputs, 50, beam_size=3, use_cache=use_cache, **kw).shape == (2, room)
     assert torch.equal(tfmini.greedy_decode(model, inputs, 50, **kw)[:, :4], tfmini.greedy_decode(model, inputs, 4, **kw))
+
+
+# ------------------------------------------------------------ prompts of different lengths in one batch
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
+@pytest.mark.parametrize("eos_id", [None, EOS])
+def test_generate_ragged_prompts_equals_each_prompt_alone(use_cache, positional, eos_id):
+    """Right-padded prompts of lengths 2, 5 and 3 with their lengths: each row is that prompt continued
+    alone (greedy), then pads; the pads' values are never read."""
+    torch.manual_seed(0)
+    model, _ = make("lm", norm_first=True, positional="learned" if positional == "learned" else "sinusoidal")
+    if positional == "rope":
+        model = DecoderOnlyLM(tiny_config(True, "rope")).eval()
+    lengths = torch.tensor([2, 5, 3])
+    prompts = torch.randint(3, V, (3, 5))
+    padded = prompts.masked_fill(torch.arange(5)[None] >= lengths[:, None], PAD)
+    out = generate(model, padded, 6, eos_id=eos_id, pad_id=PAD, use_cache=use_cache, prompt_lengths=lengths)
+    other_pads = generate(model, prompts, 6, eos_id=eos_id, pad_id=PAD, use_cache=use_cache, prompt_lengths=lengths)
+    assert torch.equal(out, other_pads)
+    for b, n in enumerate(lengths.tolist()):
+        alone = generate(model, prompts[b:b + 1, :n], 6, eos_id=eos_id, pad_id=PAD, use_cache=use_cache)[0]
+        assert torch.equal(out[b, :len(alone)], alone), (b, out[b], alone)
+        assert (out[b, len(alone):] == PAD).all()
+    if eos_id is None:
+        assert out.shape == (3, 5 + 6)
+
+
+def test_generate_ragged_prompts_of_equal_length_is_the_plain_batch():
+    model, prompts = make("lm")
+    assert torch.equal(generate(model, prompts, 5, prompt_lengths=torch.full((3,), prompts.shape[1])),
+                       generate(model, prompts, 5))
+
+
+def test_generate_ragged_sampling_is_reproducible_and_keeps_the_prompts():
+    model, _ = make("lm")
+    prompts, lengths = torch.randint(3, V, (3, 5)), torch.tensor([5, 1, 3])
+    a = generate(model, prompts, 4, do_sample=True, generator=torch.Generator().manual_seed(1), prompt_lengths=lengths)
+    b = generate(model, prompts, 4, do_sample=True, generator=torch.Generator().manual_seed(1), prompt_lengths=lengths)
+    assert torch.equal(a, b) and a.shape == (3, 5 + 4)
+    for row, prompt, n in zip(a, prompts, lengths.tolist()):
+        assert torch.equal(row[:n], prompt[:n])        # the prompt, then 4 sampled tokens, then pads
+        assert (row[n + 4:] == PAD).all()
+
+
+@pytest.mark.parametrize("lengths, match", [(torch.tensor([1, 2]), "3 integer lengths"),
+                                            (torch.tensor([1.0, 2.0, 3.0]), "integer lengths"),
+                                            (torch.tensor([0, 2, 3]), r"lengths in \[1, 4\]"),
+                                            (torch.tensor([1, 2, 5]), r"lengths in \[1, 4\]")])
+def test_generate_rejects_bad_prompt_lengths(lengths, match):
+    model, prompts = make("lm")
+    with pytest.raises(ValueError, match="prompt_lengths: expected .*" + match):
+        generate(model, prompts, 2, prompt_lengths=lengths)

@@ -164,7 +164,11 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
     """
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0 (use greedy_decode for temperature 0), got {temperature}")
+    return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, _sampler(temperature, top_k, generator))
 
+
+def _sampler(temperature: float, top_k: Optional[int], generator: Optional[torch.Generator]):
+    """logits ``(B, V)`` -> one token per row drawn from ``softmax(logits / temperature)`` (top-k)."""
     def pick(logits):
         logits = logits.float() / temperature
         if top_k is not None:
@@ -173,8 +177,7 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
         probs = torch.softmax(logits, -1)  # (B, V)
         where = probs.device if generator is None else generator.device
         return torch.multinomial(probs.to(where), 1, generator=generator)[:, 0].to(probs.device)  # (B,)
-
-    return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, pick)
+    return pick
 
 
 @torch.no_grad()
@@ -271,11 +274,36 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     return out[:, :used].to(inputs.device)
 
 
+def _ragged_loop(model, prompt: torch.Tensor, lengths: torch.Tensor, max_new: int, eos_id, pad_id, use_cache,
+                 pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Continue right-padded prompts of different lengths in one batch, as Meta's reference Llama code
+    does: decoding starts after the shortest prompt, and while position ``t`` still lies inside row
+    ``b``'s prompt, the prompt's token replaces the model's choice. No row ever reads a pad."""
+    device = _model_device(model, prompt.device)
+    prompt, lengths = prompt.to(device), lengths.to(device)
+    P, first = prompt.shape[1], int(lengths.min())
+    state = model.start_decoding(prompt[:, :first])
+    ys = prompt[:, :first]
+    end = lengths + max_new  # (B,) where each row's tokens stop
+    finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=device)
+    for t in range(first, int(end.max())):
+        nxt = pick(model.decode_next(ys, state, use_cache))  # (B,)
+        if t < P:
+            nxt = torch.where(t < lengths, prompt[:, t], nxt)  # still inside the prompt: copy it
+        nxt = nxt.masked_fill(finished | (t >= end), pad_id)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
+        if eos_id is not None:
+            finished |= (nxt == eos_id) & (t >= lengths)
+        if bool((finished | (t + 1 >= end)).all()):
+            break
+    return ys
+
+
 @torch.no_grad()
 def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optional[int] = None,
              pad_id: Optional[int] = None, do_sample: bool = False, temperature: float = 1.0,
              top_k: Optional[int] = None, generator: Optional[torch.Generator] = None,
-             use_cache: bool = True) -> torch.Tensor:
+             use_cache: bool = True, prompt_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Continue prompts with a decoder-only model: the prompt followed by the new tokens.
 
     Greedy by default, as Hugging Face's ``generate(do_sample=False)``, whose tokens it reproduces for
@@ -285,7 +313,8 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optio
 
     Args:
         model: a decoder-only tfmini model, e.g. :class:`~tfmini.model.DecoderOnlyLM` (in eval mode).
-        prompt_ids: ``(B, P)`` token ids; every prompt of a batch has ``P`` real tokens (no padding).
+        prompt_ids: ``(B, P)`` token ids: every prompt has ``P`` real tokens, or, with
+            ``prompt_lengths``, prompts of different lengths padded on the right.
         max_new_tokens: number of tokens to add, at most; ``P + max_new_tokens`` must fit in
             ``model.cfg.max_len`` (the positions the model has).
         eos_id: stop token (default: none, always ``max_new_tokens`` tokens).
@@ -293,9 +322,14 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optio
         do_sample: sample from ``softmax(logits / temperature)`` (:func:`sample`) instead of the argmax.
         temperature, top_k, generator: as in :func:`sample`; used only with ``do_sample=True``.
         use_cache: reuse keys and values of earlier positions (same tokens, less work).
+        prompt_lengths: ``(B,)`` the real length of each right-padded prompt. Decoding starts after the
+            shortest one and copies each longer prompt's tokens until it ends, so the model never
+            reads a pad and greedy tokens equal those of each prompt continued alone. Row ``b`` of the
+            result is its prompt, its new tokens, then ``pad_id``.
 
     Returns:
-        ``(B, P + L)`` ids, ``L <= max_new_tokens``, on the device of ``prompt_ids``.
+        ``(B, P + L)`` ids, ``L <= max_new_tokens``, on the device of ``prompt_ids``; with
+        ``prompt_lengths``, ``(B, N)`` right-padded ids, ``N <= max(prompt_lengths) + max_new_tokens``.
 
     Shape:
         prompt_ids ``(B, P)`` -> ``(B, P + L)``.
@@ -315,6 +349,22 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optio
                          f"(the model's positions), got {prompt_ids.shape[1]} + {max_new_tokens}")
     if pad_id is None:
         pad_id = getattr(cfg, "pad_id", 0)
+    if prompt_lengths is not None:
+        lengths = torch.as_tensor(prompt_lengths)
+        if lengths.shape != (prompt_ids.shape[0],) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+            raise ValueError(f"prompt_lengths: expected {prompt_ids.shape[0]} integer lengths, one per prompt, "
+                             f"got {lengths.dtype} of shape {tuple(lengths.shape)}")
+        if bool((lengths < 1).any()) or bool((lengths > prompt_ids.shape[1]).any()):
+            raise ValueError(f"prompt_lengths: expected lengths in [1, {prompt_ids.shape[1]}] (the prompts' width), "
+                             f"got {lengths.tolist()}")
+        if do_sample:
+            if temperature <= 0:
+                raise ValueError(f"temperature: expected > 0 (use do_sample=False for temperature 0), got {temperature}")
+            pick = _sampler(temperature, top_k, generator)
+        else:
+            pick = lambda logits: logits.argmax(-1)  # noqa: E731
+        out = _ragged_loop(model, prompt_ids, lengths, max_new_tokens, eos_id, pad_id, use_cache, pick)
+        return out.to(prompt_ids.device)
     if do_sample:
         new = sample(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
                      pad_id=pad_id, generator=generator, use_cache=use_cache)
