@@ -448,3 +448,54 @@ def test_warmup_schedule_cosine_decays_to_zero_and_checks_its_arguments():
         warmup_schedule(opt, 4, schedule="cosine")
     with pytest.raises(ValueError, match=r"schedule: expected 'inverse_sqrt' or 'cosine', got 'linear'"):
         warmup_schedule(opt, 4, schedule="linear")
+
+
+# ------------------------------------------------------------------------ AdamW's parameter groups
+
+def test_param_groups_decay_matrices_only():
+    """Weight decay on the attention/FFN matrices; none on norms, biases, embeddings or the tied head."""
+    from tfmini import param_groups
+    model = new_model(TransformerConfig(12, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                        d_ff=32, dropout=0.0, max_len=16))
+    decay, rest = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and rest["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert decayed and all(n.endswith("weight") and "norm" not in n and "embed" not in n for n in decayed)
+    assert all(p.dim() >= 2 for p in decay["params"])
+    kept = {names[id(p)] for p in rest["params"]}
+    assert any("norm" in n for n in kept) and any(n.endswith("bias") for n in kept) and any("embed" in n for n in kept)
+    assert len(decay["params"]) + len(rest["params"]) == len(list(model.parameters()))   # each once, tied too
+
+
+def test_fit_decays_matrices_only_and_equals_plain_adamw_without_decay():
+    cfg, pairs = copy_setup()
+    data = lambda: Batches(pairs, 8, seed=0)  # noqa: E731  (a fresh one per run: each pass reshuffles)
+    # weight decay 0: the two groups train exactly like one AdamW over model.parameters()
+    a, b = new_model(cfg), new_model(cfg)
+    fit(a, data(), steps=6, lr=1e-2, clip_norm=None, progress=False)
+    set_seed(0)
+    opt = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.0)
+    b.train()
+    for _, batch in zip(range(6), data()):
+        opt.zero_grad()
+        batch_loss(b, batch).backward()
+        opt.step()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+    # one step with weight decay 0.5 moves the matrices only: norms, biases and embeddings end as without
+    c, d = new_model(cfg), new_model(cfg)
+    fit(c, data(), steps=1, lr=1e-2, weight_decay=0.5, clip_norm=None, progress=False)
+    fit(d, data(), steps=1, lr=1e-2, weight_decay=0.0, clip_norm=None, progress=False)
+    with_decay, without = dict(c.named_parameters()), dict(d.named_parameters())
+    matrices = [n for n, p in with_decay.items() if p.dim() >= 2 and "embed" not in n]
+    assert matrices and all(not torch.equal(with_decay[n], without[n]) for n in matrices)
+    assert all(torch.equal(with_decay[n], without[n]) for n in with_decay if n not in matrices)
+
+
+def test_fit_passes_betas_and_eps():
+    cfg, pairs = copy_setup()
+    a, b = new_model(cfg), new_model(cfg)
+    fit(a, Batches(pairs, 8, seed=0), steps=3, progress=False)
+    fit(b, Batches(pairs, 8, seed=0), steps=3, betas=(0.9, 0.98), eps=1e-9, progress=False)
+    assert any(not torch.equal(pa, pb) for pa, pb in zip(a.parameters(), b.parameters()))

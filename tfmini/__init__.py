@@ -21,7 +21,7 @@ from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_
                           python_source_text, train_val_split)
 from .tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer
 from .rnn import AttentionSeq2SeqRNN, LSTMCell, Seq2SeqRNN, reverse_padded
-from .train import History, default_device, fit, set_seed
+from .train import History, default_device, fit, param_groups, set_seed
 from .checkpoint import fit_or_load
 from .evaluation import evaluate, evaluate_by_length, sequence_accuracy, token_accuracy
 from .losses import batch_loss

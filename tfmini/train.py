@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from .losses import batch_loss
 from .notebook import _Progress
 from .schedules import warmup_schedule
 
-__all__ = ["default_device", "set_seed", "History", "fit"]
+__all__ = ["default_device", "set_seed", "History", "param_groups", "fit"]
 
 
 def default_device() -> torch.device:
@@ -75,8 +75,34 @@ def _to(batch, device):
     return tuple(x.to(device) for x in batch) if isinstance(batch, (tuple, list)) else batch.to(device)
 
 
+def param_groups(model: nn.Module, weight_decay: float) -> list:
+    """AdamW's parameter groups: weight decay on the weight matrices only.
+
+    Norm gains, biases and embedding tables (and an output layer tied to an embedding) get no decay:
+    pulling a gain or a bias towards 0 does not make a layer simpler, and a token that is rare in the
+    data would have its embedding decayed towards 0 at every step it is absent. This is the usual split
+    (minGPT, Hugging Face's Trainer for norms and biases).
+
+    Args:
+        model: the model whose trainable parameters are split.
+        weight_decay: the decay of the matrices.
+
+    Returns:
+        ``[{"params": matrices, "weight_decay": weight_decay}, {"params": the rest, "weight_decay": 0.0}]``,
+        leaving out an empty group; each parameter appears once, in the model's order.
+    """
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, rest = [], []
+    for p in model.parameters():  # shared (tied) parameters come once
+        if p.requires_grad:
+            (decay if p.dim() >= 2 and id(p) not in embeddings else rest).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
 def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optional[int] = None,
         lr: float = 1e-3, warmup_steps: int = 0, weight_decay: float = 0.0, clip_norm: Optional[float] = 1.0,
+        betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
         label_smoothing: float = 0.0, pad_id: int = 0, seed: int = 0, device=None,
         eval_fn: Optional[Callable[[nn.Module], Dict[str, float]]] = None, eval_every: int = 100,
         stop_fn: Optional[Callable[[Dict[str, float]], bool]] = None, time_limit: Optional[float] = None,
@@ -91,8 +117,10 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         steps / epochs: stop after this many optimiser steps / passes (give one or both).
         lr: the peak learning rate of AdamW.
         warmup_steps: steps of linear warm-up (see :func:`~tfmini.schedules.warmup_schedule`).
-        weight_decay: AdamW's decoupled weight decay.
+        weight_decay: AdamW's decoupled weight decay, on the weight matrices only (:func:`param_groups`).
         clip_norm: clip the gradient norm to this value (None: no clipping).
+        betas, eps: AdamW's moment decays and denominator term; PyTorch's defaults. Vaswani et al.
+            used (0.9, 0.98) and 1e-9, with no clipping and no weight decay.
         label_smoothing, pad_id: passed to :func:`~tfmini.losses.batch_loss`.
         seed: seeds everything (:func:`set_seed`) before training.
         device: where to train (default: :func:`default_device`).
@@ -140,7 +168,7 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         raise ValueError(f"batches: with epochs and no steps, expected batches with a length (such as "
                          f"tfmini.Batches or a DataLoader), got {type(batches).__name__}")
     total = steps if steps is not None else epochs * len(batches)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
     sched = warmup_schedule(opt, warmup_steps, schedule, total_steps if total_steps is not None else total)
     hist, bar = History(), _Progress(progress and rank == 0)
     step, epoch, start, stop = 0, 0, time.perf_counter(), False
