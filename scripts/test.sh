@@ -62,8 +62,8 @@ else
 fi
 stage_done "notebooks"
 
-stage "4/6 Colab: python scripts/colab_run.py (every notebook alone, as Colab runs it)"
-python scripts/colab_run.py
+stage "4/6 Colab: python scripts/colab_run.py --jobs 2 (every notebook alone, as Colab runs it; two at a time)"
+python scripts/colab_run.py --jobs 2
 stage_done "Colab"
 
 stage "5/6 book: bash scripts/book.sh --all (warnings are errors)"
