@@ -203,7 +203,7 @@ def masks() -> dict:
     sentences = assigned(8, "sentences")
     vocab = tfmini.Vocab.build(sentences)
     tgt = tfmini.pad_sequences([vocab.encode(s, bos=True) for s in sentences], vocab.pad_id)  # (B, T)
-    key_pad = tfmini.pad_mask(tgt, vocab.pad_id)
+    key_pad = tfmini.mask_from_ids(tgt, vocab.pad_id)
     causal = tfmini.causal_mask(len(words))
     both = tfmini.attention_mask(key_pad, tfmini.causal_mask(tgt.shape[1]))
     return {"words": words, "causal": causal.tolist(), "causal_shape": _shape(causal),

@@ -316,7 +316,7 @@ def masks() -> Canvas:
             c.rect(x0 + j * wk, y_top - (b + 1) * 0.34, wk, 0.34, "#4a7fb5" if real else "#eeeeee")
             c.text(x0 + j * wk + wk / 2, y_top - (b + 0.5) * 0.34, tok, size=6.5,
                    color="white" if real else MUTED)
-    c.text(x0 + 3 * wk, y_top - 0.96, "pad_mask (keys)", size=8.5, weight="bold")
+    c.text(x0 + 3 * wk, y_top - 0.96, "mask_from_ids (keys)", size=8.5, weight="bold")
     c.shape(x0 + 3 * wk, y_top - 1.14, s["key_pad_shape"])
     c.text(x0 + 3 * wk, y_top - 1.55, "causal & padding →", size=8.5, color=MUTED)
     left, bottom, right, top = c.grid(6.0, 2.45, s["both"], cell, rows=s["tokens"][1], cols=s["tokens"][1])

@@ -122,7 +122,7 @@ def expected_masks():
     words, sentences = assigned(8, "words"), assigned(8, "sentences")
     vocab = tfmini.Vocab.build(sentences)
     tgt = tfmini.pad_sequences([vocab.encode(s, bos=True) for s in sentences], vocab.pad_id)
-    pad = tfmini.pad_mask(tgt, vocab.pad_id)
+    pad = tfmini.mask_from_ids(tgt, vocab.pad_id)
     both = tfmini.attention_mask(pad, tfmini.causal_mask(tgt.shape[1]))
     return {tuple(tfmini.causal_mask(len(words)).shape), tuple(pad.shape), tuple(both.shape)}
 

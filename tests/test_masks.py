@@ -1,6 +1,7 @@
 """tfmini.masks, and what masks guarantee wherever they are used.
 
-- ``causal_mask``, ``padding_mask``, ``pad_mask`` and ``attention_mask`` build the right bool tensors;
+- ``causal_mask``, ``mask_from_lengths``, ``mask_from_ids`` and ``attention_mask`` build the right bool tensors
+  (``padding_mask`` and ``pad_mask``, their former names, still work);
 - no information from future tokens leaks through the causal mask (exact equality, not closeness),
   in MultiHeadAttention, DecoderLayer, DecoderOnlyLM and the Transformer's decoder;
 - padded keys get exactly zero weight and their values cannot change the output;
@@ -13,7 +14,8 @@ import torch
 
 import tfmini
 from tfmini import (DecoderLayer, DecoderOnlyLM, MultiHeadAttention, Transformer, TransformerConfig, attention_mask,
-                    causal_mask, pad_mask, padding_mask, scaled_dot_product_attention)
+                    causal_mask, mask_from_ids, mask_from_lengths, pad_mask, padding_mask,
+                    scaled_dot_product_attention)
 
 DTYPES = [torch.float32, pytest.param(torch.float16, marks=pytest.mark.cpu_half_matmul), torch.bfloat16]
 
@@ -55,16 +57,16 @@ def test_causal_mask_rejects_bad_sizes(T, S):
 
 
 @pytest.mark.parametrize("lengths, max_len", [([3, 1, 4], None), ([2, 2], 5), ([0, 4], None), ([1], 1)])
-def test_padding_mask(lengths, max_len):
-    m = padding_mask(torch.tensor(lengths), max_len)
+def test_mask_from_lengths(lengths, max_len):
+    m = mask_from_lengths(torch.tensor(lengths), max_len)
     S = max(lengths) if max_len is None else max_len
     assert m.dtype == torch.bool and m.shape == (len(lengths), S)
     for b, n in enumerate(lengths):
         assert m[b].tolist() == [True] * n + [False] * (S - n)
 
 
-def test_padding_mask_accepts_a_list():
-    assert padding_mask([1, 2]).tolist() == [[True, False], [True, True]]
+def test_mask_from_lengths_accepts_a_list():
+    assert mask_from_lengths([1, 2]).tolist() == [[True, False], [True, True]]
 
 
 @pytest.mark.parametrize("lengths, max_len, match", [
@@ -73,17 +75,17 @@ def test_padding_mask_accepts_a_list():
     (torch.tensor([1, 5]), 3, r"lengths: expected values in \[0, 3\], got \[1, 5\]"),
     (torch.tensor([-1, 2]), None, r"lengths: expected values in \[0, 2\], got \[-1, 2\]"),
 ])
-def test_padding_mask_rejects_bad_lengths(lengths, max_len, match):
+def test_mask_from_lengths_rejects_bad_lengths(lengths, max_len, match):
     with pytest.raises(ValueError, match=match):
-        padding_mask(lengths, max_len)
+        mask_from_lengths(lengths, max_len)
 
 
-def test_pad_mask():
+def test_mask_from_ids():
     ids = torch.tensor([[5, 6, 0, 0], [7, 0, 8, 0]])
-    assert pad_mask(ids, 0).tolist() == [[True, True, False, False], [True, False, True, False]]
-    assert pad_mask(ids, 7).tolist() == [[True, True, True, True], [False, True, True, True]]
+    assert mask_from_ids(ids, 0).tolist() == [[True, True, False, False], [True, False, True, False]]
+    assert mask_from_ids(ids, 7).tolist() == [[True, True, True, True], [False, True, True, True]]
     with pytest.raises(ValueError, match=r"ids: expected shape \(B, S\), got \(4,\)"):
-        pad_mask(ids[0], 0)
+        mask_from_ids(ids[0], 0)
 
 
 @pytest.mark.parametrize("B, T, S", [(2, 3, 3), (3, 2, 5), (1, 1, 1)])
@@ -145,7 +147,7 @@ def test_mha_causal_mask_does_not_leak_future(j, need_weights, how):
 def test_mha_is_causal_equals_the_causal_mask(T, S, with_padding, need_weights):
     mha = MultiHeadAttention(16, 4).eval()
     query, memory = torch.randn(2, T, 16), torch.randn(2, S, 16)
-    pad = attention_mask(padding_mask(torch.tensor([S, S - 1]))) if with_padding else None
+    pad = attention_mask(mask_from_lengths(torch.tensor([S, S - 1]))) if with_padding else None
     out, w = mha(query, memory, memory, attn_mask=pad, need_weights=need_weights, is_causal=True)
     ref, ref_w = mha(query, memory, memory, attn_mask=attention_mask(None if pad is None else pad[:, 0, 0],
                                                                      causal_mask(T, S)), need_weights=True)
@@ -218,7 +220,7 @@ def test_transformer_decoder_self_weights_are_causal():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sdpa_padded_keys_get_exactly_zero_weight_and_are_ignored(dtype):
     B, T, S = 3, 4, 6
-    pad = padding_mask(torch.tensor([6, 2, 4]))  # (B, S)
+    pad = mask_from_lengths(torch.tensor([6, 2, 4]))  # (B, S)
     mask = attention_mask(pad)[:, 0]  # (B, 1, S)
     q, k, v = (torch.randn(B, T, 8, dtype=dtype), torch.randn(B, S, 8, dtype=dtype), torch.randn(B, S, 5, dtype=dtype))
     out, w = scaled_dot_product_attention(q, k, v, mask)
@@ -235,7 +237,7 @@ def test_sdpa_padded_keys_get_exactly_zero_weight_and_are_ignored(dtype):
 def test_mha_padded_keys_get_exactly_zero_weight_and_are_ignored(kind, need_weights):
     mha = MultiHeadAttention(16, 4).eval()
     B, T, S = 3, 5, 6
-    pad = padding_mask(torch.tensor([6, 1, 3]))
+    pad = mask_from_lengths(torch.tensor([6, 1, 3]))
     query = torch.randn(B, T, 16)
     memory = torch.randn(B, S, 16)
     if kind == "self":
@@ -351,6 +353,14 @@ def test_bahdanau_attention_with_no_real_source_token():
     assert (w[1] == 0).all() and (context[1] == 0).all() and (w[0, 2] == 0).all()
 
 
-def test_padding_mask_rejects_empty_lengths():
+def test_mask_from_lengths_rejects_empty_lengths():
     with pytest.raises(ValueError, match=r"lengths: expected a non-empty 1-D integer tensor, got shape \(0,\)"):
-        padding_mask(torch.tensor([], dtype=torch.long))
+        mask_from_lengths(torch.tensor([], dtype=torch.long))
+
+
+def test_former_mask_names_are_the_new_functions():
+    lengths, ids = torch.tensor([3, 1]), torch.tensor([[4, 5, 7], [6, 0, 0]])
+    assert torch.equal(padding_mask(lengths, 4), mask_from_lengths(lengths, 4))
+    assert torch.equal(padding_mask(lengths, max_len=4), mask_from_lengths(lengths, S=4))
+    assert torch.equal(pad_mask(ids, 0), mask_from_ids(ids, 0))
+    assert torch.equal(mask_from_ids(ids, 0), mask_from_lengths(lengths, 3))

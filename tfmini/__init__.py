@@ -12,7 +12,7 @@ from .data import (Batches, Vocab, copy_task, encode_pairs, load_parallel_tsv, n
 from .decoding import beam_search, generate, greedy_decode, sample, select_batch
 from .huggingface import from_huggingface
 from .layers import DecoderLayer, EncoderLayer, FeedForward, RMSNorm, SwiGLU
-from .masks import attention_mask, causal_mask, pad_mask, padding_mask
+from .masks import attention_mask, causal_mask, mask_from_ids, mask_from_lengths, pad_mask, padding_mask
 from .model import (Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, KVCache, TokenEmbedding, Transformer,
                     TransformerConfig)
 from .positional import (LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rope,

@@ -35,12 +35,12 @@ def causal_mask(T: int, S: Optional[int] = None, *, device=None) -> torch.Tensor
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
 
 
-def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+def mask_from_lengths(lengths: torch.Tensor, S: Optional[int] = None) -> torch.Tensor:
     """Mask of real (non-padding) positions from sequence lengths.
 
     Args:
         lengths: ``(B,)`` integer lengths.
-        max_len: padded length ``S`` (default ``lengths.max()``).
+        S: the padded length (default ``lengths.max()``).
 
     Returns:
         bool ``(B, S)``, True where ``position < length``.
@@ -50,14 +50,14 @@ def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.
         raise ValueError(
             f"lengths: expected a non-empty 1-D integer tensor, got shape {tuple(lengths.shape)} and dtype {lengths.dtype}"
         )
-    S = int(lengths.max()) if max_len is None else max_len
+    S = int(lengths.max()) if S is None else S
     if (lengths < 0).any() or (lengths > S).any():
         raise ValueError(f"lengths: expected values in [0, {S}], got {lengths.tolist()}")
     return torch.arange(S, device=lengths.device) < lengths[:, None]
 
 
-def pad_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Mask of real positions from token ids: True where ``ids != pad_id``.
+def mask_from_ids(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Mask of real (non-padding) positions from token ids: True where ``ids != pad_id``.
 
     Args:
         ids: ``(B, S)`` token ids.
@@ -69,6 +69,16 @@ def pad_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     if ids.dim() != 2:
         raise ValueError(f"ids: expected shape (B, S), got {tuple(ids.shape)}")
     return ids != pad_id
+
+
+def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+    """The former name of :func:`mask_from_lengths` (``max_len`` is its ``S``), kept for old code."""
+    return mask_from_lengths(lengths, max_len)
+
+
+def pad_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The former name of :func:`mask_from_ids`, kept for old code."""
+    return mask_from_ids(ids, pad_id)
 
 
 def attention_mask(key_padding: Optional[torch.Tensor] = None,
