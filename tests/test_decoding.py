@@ -394,8 +394,10 @@ def test_select_batch_on_a_model_state_reorders_decoding():
 # --------------------------------------------------------------------------------------------- validation
 
 @pytest.mark.parametrize("call, match", [
-    (lambda m, x: greedy_decode(m, x, 0, BOS), r"max_len: expected >= 1, got 0"),
-    (lambda m, x: beam_search(m, x, 0, 2, BOS), r"max_len: expected >= 1, got 0"),
+    (lambda m, x: greedy_decode(m, x, 0, BOS), r"max_new_tokens: expected an int >= 1, got 0"),
+    (lambda m, x: beam_search(m, x, 0, 2, BOS), r"max_new_tokens: expected an int >= 1, got 0"),
+    (lambda m, x: sample(m, x, bos_id=BOS), r"max_new_tokens: expected an int >= 1, got None"),
+    (lambda m, x: greedy_decode(m, x, 5, BOS, max_len=5), r"max_new_tokens: expected it or its former name max_len, not both"),
     (lambda m, x: beam_search(m, x, 5, 0, BOS), r"beam_size: expected >= 1, got 0"),
     (lambda m, x: sample(m, x, 5, temperature=0.0, bos_id=BOS), r"temperature: expected > 0 .*got 0\.0"),
     (lambda m, x: greedy_decode(m, x, 5), r"bos_id: expected the BOS token id .*got None"),
@@ -491,3 +493,12 @@ def test_generate_rejects_bad_prompt_lengths(lengths, match):
     model, prompts = make("lm")
     with pytest.raises(ValueError, match="prompt_lengths: expected .*" + match):
         generate(model, prompts, 2, prompt_lengths=lengths)
+
+
+def test_max_len_is_the_former_name_of_max_new_tokens():
+    model, src = make("transformer")
+    for fn, kw in ((greedy_decode, {}), (beam_search, {"beam_size": 2}),
+                   (sample, {"generator": torch.Generator().manual_seed(0)})):
+        new = fn(model, src, max_new_tokens=7, bos_id=BOS, eos_id=EOS, **kw)
+        kw = {**kw, "generator": torch.Generator().manual_seed(0)} if fn is sample else kw
+        assert torch.equal(fn(model, src, max_len=7, bos_id=BOS, eos_id=EOS, **kw), new)

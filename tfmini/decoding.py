@@ -83,6 +83,18 @@ def _start(model, inputs: torch.Tensor, bos_id: Optional[int]):
     return state, torch.full((inputs.shape[0], 1), bos_id, dtype=torch.long, device=inputs.device)
 
 
+def _new_tokens(max_new_tokens: Optional[int], max_len: Optional[int]) -> int:
+    """The number of tokens to generate, given as ``max_new_tokens`` or by its former name ``max_len``."""
+    if max_len is not None:
+        if max_new_tokens is not None:
+            raise ValueError(f"max_new_tokens: expected it or its former name max_len, not both; got "
+                             f"{max_new_tokens} and {max_len}")
+        max_new_tokens = max_len
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+    return max_new_tokens
+
+
 def _room(model, start: int) -> Optional[int]:
     """How many tokens the model can generate after ``start`` tokens before it runs out of positions:
     the last generated token is never read, so ``start + n - 1 <= cfg.max_len`` (None: no limit)."""
@@ -90,17 +102,15 @@ def _room(model, start: int) -> Optional[int]:
     return None if limit is None else max(limit - start + 1, 0)
 
 
-def _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache,
+def _loop(model, inputs, steps, bos_id, eos_id, pad_id, use_cache,
           pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    if max_len < 1:
-        raise ValueError(f"max_len: expected >= 1, got {max_len}")
     state, ys = _start(model, inputs, bos_id)  # ys on the model's device
     start = ys.shape[1]
     room = _room(model, start)
     if room is not None:
-        max_len = min(max_len, room)  # stop where the model's positions end, not with an error midway
+        steps = min(steps, room)  # stop where the model's positions end, not with an error midway
     finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=ys.device)
-    for _ in range(max_len):
+    for _ in range(steps):
         nxt = pick(model.decode_next(ys, state, use_cache))  # (B,)
         nxt = nxt.masked_fill(finished, pad_id)
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
@@ -112,40 +122,45 @@ def _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache,
 
 
 @torch.no_grad()
-def greedy_decode(model, inputs: torch.Tensor, max_len: int, bos_id: Optional[int] = None,
-                  eos_id: Optional[int] = None, pad_id: int = 0, use_cache: bool = True) -> torch.Tensor:
+def greedy_decode(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = None, bos_id: Optional[int] = None,
+                  eos_id: Optional[int] = None, pad_id: int = 0, use_cache: bool = True, *,
+                  max_len: Optional[int] = None) -> torch.Tensor:
     """Pick the most probable token at every step.
 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
-        max_len: maximum number of generated tokens; decoding also stops where the model runs out of
-            positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
+        max_new_tokens, max_len: maximum number of generated tokens (``max_len`` is its former name, a
+            keyword only); decoding also stops where the model runs out of positions (the prefix read at
+            the last step must fit in ``model.cfg.max_len``).
         bos_id: start token (encoder-decoder models).
         eos_id: stop token; a finished sequence is padded with ``pad_id``.
         pad_id: the id written after a sequence's EOS.
         use_cache: reuse keys and values of earlier positions (same result, less work).
 
     Returns:
-        generated ids ``(B, L)``, ``L <= max_len``.
+        generated ids ``(B, L)``, ``L <= max_new_tokens``.
 
     Shape:
         inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``.
     """
-    return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, lambda z: z.argmax(-1))
+    return _loop(model, inputs, _new_tokens(max_new_tokens, max_len), bos_id, eos_id, pad_id, use_cache,
+                 lambda z: z.argmax(-1))
 
 
 @torch.no_grad()
-def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, top_k: Optional[int] = None,
-           bos_id: Optional[int] = None, eos_id: Optional[int] = None, pad_id: int = 0,
-           generator: Optional[torch.Generator] = None, use_cache: bool = True) -> torch.Tensor:
+def sample(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = None, temperature: float = 1.0,
+           top_k: Optional[int] = None, bos_id: Optional[int] = None, eos_id: Optional[int] = None, pad_id: int = 0,
+           generator: Optional[torch.Generator] = None, use_cache: bool = True, *,
+           max_len: Optional[int] = None) -> torch.Tensor:
     """Sample each token from ``softmax(logits / temperature)``, optionally restricted to the ``top_k`` best.
 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
-        max_len: maximum number of generated tokens; decoding also stops where the model runs out of
-            positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
+        max_new_tokens, max_len: maximum number of generated tokens (``max_len`` is its former name, a
+            keyword only); decoding also stops where the model runs out of positions (the prefix read at
+            the last step must fit in ``model.cfg.max_len``).
         temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
         top_k: sample only among the ``top_k`` most probable tokens (default: all of them).
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
@@ -157,14 +172,15 @@ def sample(model, inputs: torch.Tensor, max_len: int, temperature: float = 1.0, 
         use_cache: reuse keys and values of earlier positions (same result, less work).
 
     Returns:
-        generated ids ``(B, L)``, ``L <= max_len``.
+        generated ids ``(B, L)``, ``L <= max_new_tokens``.
 
     Shape:
         inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``.
     """
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0 (use greedy_decode for temperature 0), got {temperature}")
-    return _loop(model, inputs, max_len, bos_id, eos_id, pad_id, use_cache, _sampler(temperature, top_k, generator))
+    return _loop(model, inputs, _new_tokens(max_new_tokens, max_len), bos_id, eos_id, pad_id, use_cache,
+                 _sampler(temperature, top_k, generator))
 
 
 def _sampler(temperature: float, top_k: Optional[int], generator: Optional[torch.Generator]):
@@ -181,9 +197,10 @@ def _sampler(temperature: float, top_k: Optional[int], generator: Optional[torch
 
 
 @torch.no_grad()
-def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, bos_id: Optional[int] = None,
-                eos_id: Optional[int] = None, pad_id: int = 0, length_penalty: float = 0.0,
-                use_cache: bool = True) -> torch.Tensor:
+def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = None, beam_size: int = 4,
+                bos_id: Optional[int] = None, eos_id: Optional[int] = None, pad_id: int = 0,
+                length_penalty: float = 0.0, use_cache: bool = True, *,
+                max_len: Optional[int] = None) -> torch.Tensor:
     r"""Keep the ``beam_size`` most probable unfinished prefixes at every step; return the best finished one.
 
     A hypothesis is scored by its total log-probability divided by the length penalty
@@ -194,14 +211,15 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     the beam always holds ``K`` unfinished prefixes. A batch element is done once it has ``K`` finished
     hypotheses and its best unfinished prefix, penalised at its current length, scores no higher than
     the worst of them (exact for ``length_penalty=0``, where scores only fall as prefixes grow; the
-    usual heuristic otherwise). Prefixes still unfinished after ``max_len`` tokens compete with the
-    finished ones. Without ``eos_id`` nothing finishes and the best prefix of length ``max_len`` wins.
+    usual heuristic otherwise). Prefixes still unfinished after ``max_new_tokens`` tokens compete with
+    the finished ones. Without ``eos_id`` nothing finishes and the best prefix of length ``max_new_tokens`` wins.
 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
         inputs: source ``(B, S)`` or prompt ``(B, P)``.
-        max_len: maximum number of generated tokens; decoding also stops where the model runs out of
-            positions (the prefix read at the last step must fit in ``model.cfg.max_len``).
+        max_new_tokens, max_len: maximum number of generated tokens (``max_len`` is its former name, a
+            keyword only); decoding also stops where the model runs out of positions (the prefix read at
+            the last step must fit in ``model.cfg.max_len``).
         beam_size: number of unfinished hypotheses ``K`` kept at every step.
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
         length_penalty: the exponent :math:`\alpha` above.
@@ -215,13 +233,12 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     """
     if beam_size < 1:
         raise ValueError(f"beam_size: expected >= 1, got {beam_size}")
-    if max_len < 1:
-        raise ValueError(f"max_len: expected >= 1, got {max_len}")
+    steps = _new_tokens(max_new_tokens, max_len)  # the number of tokens to generate
     state, ys = _start(model, inputs, bos_id)
     B, K, start, device = ys.shape[0], beam_size, ys.shape[1], ys.device
     room = _room(model, start)
     if room is not None:
-        max_len = min(max_len, room)  # stop where the model's positions end, not with an error midway
+        steps = min(steps, room)  # stop where the model's positions end, not with an error midway
 
     def penalty(length: int) -> float:
         return ((5.0 + length) / 6.0) ** length_penalty if length_penalty else 1.0
@@ -232,43 +249,43 @@ def beam_search(model, inputs: torch.Tensor, max_len: int, beam_size: int = 4, b
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one
     # the K best finished hypotheses of each batch element: penalised scores and tokens (padded)
     done_scores = torch.full((B, K), float("-inf"), device=device)
-    done_tokens = torch.full((B, K, max_len), pad_id, dtype=torch.long, device=device)
+    done_tokens = torch.full((B, K, steps), pad_id, dtype=torch.long, device=device)
     offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1): first row of each element's beams
-    for step in range(max_len):
+    for step in range(steps):
         logp = F.log_softmax(model.decode_next(ys, state, use_cache).float(), dim=-1)  # (B*K, V)
         V = logp.shape[-1]
         cand = scores[:, :, None] + logp.reshape(B, K, V)  # (B, K, V) total log-probabilities
         if eos_id is not None:
             ended = cand[:, :, eos_id] / penalty(step + 1)  # (B, K): each beam followed by EOS, penalised
-            toks = F.pad(ys[:, start:], (0, max_len - step), value=pad_id).reshape(B, K, max_len).clone()
+            toks = F.pad(ys[:, start:], (0, steps - step), value=pad_id).reshape(B, K, steps).clone()
             toks[:, :, step] = eos_id
             pool_scores = torch.cat([done_scores, ended], dim=1)  # (B, 2K)
             done_scores, keep = pool_scores.topk(K, dim=1)
             done_tokens = torch.cat([done_tokens, toks], dim=1).gather(
-                1, keep[:, :, None].expand(B, K, max_len))
+                1, keep[:, :, None].expand(B, K, steps))
             cand[:, :, eos_id] = float("-inf")  # EOS leaves the beam; the slots go to unfinished prefixes
         scores, idx = cand.reshape(B, K * V).topk(K, dim=-1)  # (B, K)
         beam, tok = idx // V, idx % V
         rows = (offsets + beam).reshape(-1)  # (B*K,)
         ys = torch.cat([ys[rows], tok.reshape(-1, 1)], dim=1)
         state = select_batch(state, rows)
-        if eos_id is not None and step + 1 < max_len:
+        if eos_id is not None and step + 1 < steps:
             best_open = scores.max(dim=1).values / penalty(step + 1)  # (B,)
             # done: K finished hypotheses, none of which the best unfinished prefix can still beat
             if bool((done_scores[:, -1] >= best_open).all()):  # one synchronisation per step
                 break
     else:
-        step = max_len - 1
-    if eos_id is None:  # nothing finished: the best prefix, all max_len tokens (no read on the host)
+        step = steps - 1
+    if eos_id is None:  # nothing finished: the best prefix, all its tokens (no read on the host)
         best = torch.arange(B, device=device) * K + scores.argmax(dim=-1)
         return ys[best, start:].to(inputs.device)
     # unfinished prefixes compete with the finished hypotheses at the length they reached
     length = step + 1
-    open_tokens = F.pad(ys[:, start:], (0, max_len - length), value=pad_id).reshape(B, K, max_len)
+    open_tokens = F.pad(ys[:, start:], (0, steps - length), value=pad_id).reshape(B, K, steps)
     pool_scores = torch.cat([done_scores, scores / penalty(length)], dim=1)  # (B, 2K)
-    pool_tokens = torch.cat([done_tokens, open_tokens], dim=1)  # (B, 2K, max_len)
+    pool_tokens = torch.cat([done_tokens, open_tokens], dim=1)  # (B, 2K, steps)
     best = pool_scores.argmax(dim=1)  # ties: the finished hypothesis, listed first
-    out = pool_tokens[torch.arange(B, device=device), best]  # (B, max_len)
+    out = pool_tokens[torch.arange(B, device=device), best]  # (B, steps)
     # trim the padding columns no hypothesis of the batch uses
     used = int((out != pad_id).any(dim=0).nonzero().max().item()) + 1 if bool((out != pad_id).any()) else 1
     return out[:, :used].to(inputs.device)

@@ -1,13 +1,13 @@
 """Evaluation of an encoder-decoder by decoding: token and exact-sequence accuracy, overall and by source length."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .decoding import beam_search, greedy_decode
+from .decoding import _new_tokens, beam_search, greedy_decode
 
 __all__ = ["token_accuracy", "sequence_accuracy", "evaluate", "evaluate_by_length"]
 
@@ -54,15 +54,16 @@ def sequence_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = 0)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, pad_id: int = 0,
-             beam_size: int = 1, device=None) -> Dict[str, float]:
+def evaluate(model: nn.Module, batches, max_new_tokens: Optional[int] = None, bos_id: Optional[int] = None,
+             eos_id: Optional[int] = None, pad_id: int = 0, beam_size: int = 1, device=None, *,
+             max_len: Optional[int] = None) -> Dict[str, float]:
     """Decode every source in ``batches`` (pairs ``(src, tgt)`` with ``tgt`` = BOS ... EOS) and score it.
 
     Args:
         model: an encoder-decoder tfmini model.
         batches: batches of ``(src (B, S), tgt (B, T))``.
-        max_len: the longest output to decode.
-        bos_id, eos_id, pad_id: the special ids of the target vocabulary.
+        max_new_tokens, max_len: the longest output to decode (``max_len`` is its former name, a keyword only).
+        bos_id, eos_id, pad_id: the special ids of the target vocabulary (BOS and EOS required).
         beam_size: 1 for :func:`~tfmini.decoding.greedy_decode`, more for
             :func:`~tfmini.decoding.beam_search`.
         device: where to decode (default: where the model is).
@@ -70,6 +71,10 @@ def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, 
     Returns:
         ``{"token_acc": ..., "seq_acc": ...}`` over all examples.
     """
+    max_new_tokens = _new_tokens(max_new_tokens, max_len)
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if value is None:
+            raise ValueError(f"{name}: expected the target vocabulary's {name[:3].upper()} id, got None")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -77,9 +82,9 @@ def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, 
     for src, tgt in batches:
         src, gold = src.to(device), tgt[:, 1:].to(device)
         if beam_size == 1:
-            pred = greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
+            pred = greedy_decode(model, src, max_new_tokens, bos_id, eos_id, pad_id)
         else:
-            pred = beam_search(model, src, max_len, beam_size, bos_id, eos_id, pad_id)
+            pred = beam_search(model, src, max_new_tokens, beam_size, bos_id, eos_id, pad_id)
         real = (gold != pad_id).sum().item()
         tok += token_accuracy(pred, gold, pad_id) * real
         seq += sequence_accuracy(pred, gold, pad_id) * src.shape[0]
@@ -89,8 +94,9 @@ def evaluate(model: nn.Module, batches, max_len: int, bos_id: int, eos_id: int, 
     return {"token_acc": tok / n_tok, "seq_acc": seq / n_seq}
 
 
-def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width: int = 8, max_len: int = 40,
-                       beam_size: int = 1) -> List[Dict[str, float]]:
+def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width: int = 8,
+                       max_new_tokens: Optional[int] = None, beam_size: int = 1, *,
+                       max_len: Optional[int] = None) -> List[Dict[str, float]]:
     """:func:`evaluate` on token pairs grouped by source length in bins of ``bin_width`` tokens.
 
     Args:
@@ -98,7 +104,8 @@ def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width:
         pairs: ``(source_tokens, target_tokens)`` pairs.
         src_vocab, tgt_vocab: the :class:`~tfmini.data.Vocab` of each side.
         bin_width: source lengths per bin.
-        max_len: the longest output to decode.
+        max_new_tokens, max_len: the longest output to decode, default 40 (``max_len`` is its former
+            name, a keyword only).
         beam_size: as in :func:`evaluate`.
 
     Returns:
@@ -107,6 +114,7 @@ def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width:
     """
     from .data import Batches, encode_pairs
 
+    max_new_tokens = 40 if max_new_tokens is None and max_len is None else _new_tokens(max_new_tokens, max_len)
     if bin_width < 1:
         raise ValueError(f"bin_width: expected >= 1, got {bin_width}")
     groups: Dict[int, list] = {}
@@ -115,6 +123,6 @@ def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width:
     rows = []
     for g in sorted(groups):
         data = Batches(encode_pairs(groups[g], src_vocab, tgt_vocab), 500, pad_id=tgt_vocab.pad_id, shuffle=False)
-        acc = evaluate(model, data, max_len, tgt_vocab.bos_id, tgt_vocab.eos_id, tgt_vocab.pad_id, beam_size)
+        acc = evaluate(model, data, max_new_tokens, tgt_vocab.bos_id, tgt_vocab.eos_id, tgt_vocab.pad_id, beam_size)
         rows.append({"lo": g * bin_width + 1, "hi": (g + 1) * bin_width, "n": len(groups[g]), **acc})
     return rows

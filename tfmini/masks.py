@@ -72,12 +72,28 @@ def mask_from_ids(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
-    """The former name of :func:`mask_from_lengths` (``max_len`` is its ``S``), kept for old code."""
+    """The former name of :func:`mask_from_lengths`, kept for old code.
+
+    Args:
+        lengths: ``(B,)`` integer lengths.
+        max_len: the padded length ``S`` (default ``lengths.max()``).
+
+    Returns:
+        bool ``(B, S)``, True where ``position < length``.
+    """
     return mask_from_lengths(lengths, max_len)
 
 
 def pad_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """The former name of :func:`mask_from_ids`, kept for old code."""
+    """The former name of :func:`mask_from_ids`, kept for old code.
+
+    Args:
+        ids: ``(B, S)`` token ids.
+        pad_id: the id of the padding token.
+
+    Returns:
+        bool ``(B, S)``, True at real tokens.
+    """
     return mask_from_ids(ids, pad_id)
 
 
