@@ -1,4 +1,4 @@
-"""Diagrams of decoding and of Part III: a beam-search tree (chapter 9), sequential steps against one
+"""Diagrams of decoding and of Part III: a beam-search tree (chapter 10), sequential steps against one
 parallel layer and the growing T x T matrix (chapter 11), the three families (chapter 12), and byte-level
 BPE merges (the chapter on tokens)."""
 
@@ -24,7 +24,7 @@ BEAM = 2
 
 
 def beam_search() -> Canvas:
-    """Chapter 9: beam search with two beams on a toy model; each node shows its log-probability."""
+    """Chapter 10: beam search with two beams on a toy model; each node shows its log-probability."""
     c = Canvas(7.6, 3.4)
     c.title(f"Beam search, beam size {BEAM}: keep the {BEAM} most probable prefixes at every step")
     beams = [((), 0.0)]

@@ -226,15 +226,21 @@ def decoder_layer() -> dict:
 
 
 @functools.cache
-def _chapter9_model() -> tuple[tfmini.Transformer, torch.Tensor, torch.Tensor]:
-    src_vocab, tgt_vocab = spelled_vocabs(9)
-    test = _spelled_pairs(9, 2)
-    args, kwargs = call_arguments(9, "Batches", 2)
-    batches = tfmini.Batches(tfmini.encode_pairs(test, src_vocab, tgt_vocab), *args[1:], **kwargs)
+def _chapter_model(chapter: int, split: int) -> tuple[tfmini.Transformer, torch.Tensor, torch.Tensor]:
+    """The chapter's encoder-decoder (untrained: only shapes are drawn) and the first batch of the
+    split it draws with its ``split``-th calls to ``spelled_numbers`` and ``Batches``."""
+    src_vocab, tgt_vocab = spelled_vocabs(chapter)
+    pairs = _spelled_pairs(chapter, split)
+    args, kwargs = call_arguments(chapter, "Batches", split)
+    batches = tfmini.Batches(tfmini.encode_pairs(pairs, src_vocab, tgt_vocab), *args[1:], **kwargs)
     src, tgt = next(iter(batches))
-    config = tfmini.TransformerConfig(len(tgt_vocab), src_vocab_size=len(src_vocab), **assigned(9, "CONFIG"))
+    config = tfmini.TransformerConfig(len(tgt_vocab), src_vocab_size=len(src_vocab), **assigned(chapter, "CONFIG"))
     torch.manual_seed(0)
     return tfmini.Transformer(config).eval(), src, tgt
+
+
+def _chapter9_model() -> tuple[tfmini.Transformer, torch.Tensor, torch.Tensor]:
+    return _chapter_model(9, 2)  # chapter 9's test batch
 
 
 @functools.cache
@@ -247,12 +253,12 @@ def full_transformer() -> dict:
 
 @functools.cache
 def kv_cache() -> dict:
-    """Chapter 9: decoding with a KV cache, five steps into the chapter's batch of long sources.
+    """Chapter 10: decoding with a KV cache, five steps into the chapter's batch of long sources.
 
     Five, not four: the chapter's model has four heads, and a step count equal to the number of heads
     would make the cache's shape (B, H, t, d/H) ambiguous to read."""
-    model, src, _ = _chapter9_model()
-    rows, steps = slice_stop(9, "long_src"), 5
+    model, src, _ = _chapter_model(10, 1)  # chapter 10's validation batch
+    rows, steps = slice_stop(10, "long_src"), 5
     with torch.no_grad():
         state = model.start_decoding(src[:rows])
         ys = torch.full((rows, 1), 1)

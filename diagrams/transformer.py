@@ -372,7 +372,7 @@ def decoder_layer() -> Canvas:
 
 
 def kv_cache() -> Canvas:
-    """Chapter 9: one decoding step with a KV cache: one new query against the cached keys and values."""
+    """Chapter 10: one decoding step with a KV cache: one new query against the cached keys and values."""
     s = shapes.kv_cache()
     t = s["steps"]
     c = Canvas(7.6, 3.3)

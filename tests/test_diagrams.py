@@ -208,7 +208,7 @@ def test_every_diagram_is_shown_by_its_chapter():
 
 
 def test_beam_search_caption_quotes_the_toy_model():
-    """The log-probabilities in chapter 9's beam-search caption are those of the diagram's toy model."""
+    """The log-probabilities in chapter 10's beam-search caption are those of the diagram's toy model."""
     import math
 
     from diagrams.scale import TOY_MODEL
@@ -216,7 +216,7 @@ def test_beam_search_caption_quotes_the_toy_model():
     def logp(*tokens):
         return sum(math.log(TOY_MODEL[tokens[:i]][tok]) for i, tok in enumerate(tokens))
 
-    text = "\n".join(c.source for c in nbformat.read(ROOT / "chapters" / "09_full_transformer.ipynb", as_version=4).cells
+    text = "\n".join(c.source for c in nbformat.read(ROOT / "chapters" / "10_decoding.ipynb", as_version=4).cells
                      if c.cell_type == "markdown")
     figure = next(m for m in FIGURE.finditer(text) if m["file"] == "beam_search.svg")["body"]
     quoted = {float(x.replace("−", "-")) for x in re.findall(r"[−-]\d+\.\d\d", figure)}
