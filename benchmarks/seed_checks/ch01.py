@@ -17,7 +17,7 @@ import tfmini
 SHORT, LONG = 8, 32
 SHORT_BAR, CHECK_EVERY, MAX_MORE = 0.96, 250, 1500
 BARS = {"short_exact_min": (">=", 0.5), "long_exact_max": ("<=", 0.05), "token_drop_min": (">=", 0.3),
-        "decay_untrained": (">=", 100.0), "flattening": (">=", 100.0),
+        "decay_untrained": (">=", 100.0), "flattening": (">=", 100.0), "reversal_gain": (">=", 0.1),
         "longer_val_short": (">=", SHORT_BAR), "longer_val_long_exact": ("<=", 0.05), "longer_val_long_tok_rise": (">=", 0.0),
         "longer_short_exact": (">=", 0.9), "longer_short_gain": (">=", 0.1), "longer_mid_gain": (">=", 0.25),
         "longer_long_exact": ("<=", 0.05), "longer_token_drop": (">=", 0.3),
@@ -92,6 +92,7 @@ def run(seed: int) -> dict:
     decay_trained = (infl_trained[-1] / infl_trained[0]).item()
     return {"short_exact_min": min(r[0]["seq_acc"] for r in rows), "long_exact_max": max(r[-1]["seq_acc"] for r in rows),
             "token_drop_min": min(r[0]["token_acc"] - r[-1]["token_acc"] for r in rows),
+            "reversal_gain": rows[1][0]["seq_acc"] - rows[0][0]["seq_acc"],
             "decay_untrained": decay, "flattening": decay / decay_trained,
             "more_steps": more.evals[-1]["step"],
             "longer_val_short": more.evals[-1]["short_exact"], "longer_val_long_exact": max(c["long_exact"] for c in checks),
