@@ -1,7 +1,9 @@
 """Chapter 1 (sequence to sequence with RNNs): the cells that build the data and ``make_fixed``, train
 the plain and the reversed-source model, train the plain model longer (``val_accuracy``), compare the
 models by source length, measure the influence of each input position on the encoder's last state
-(``influence``), and the hidden solution of exercise 1 (which numbers of a long source get lost).
+(``influence``) and the encoder's mean forget gate on the test sources (``mean_forget_gate``), and the
+hidden solution of exercise 1 (which numbers of a long source get lost, for the longer-trained model and
+for the two 500-step models).
 
 Recipe as in the chapter: 500 steps on batches of 128, lr 5e-3, 50 warm-up steps; then the plain model
 again from its 500-step weights with the same arguments, checked every 250 steps on the validation set
@@ -18,10 +20,12 @@ SHORT, LONG = 8, 32
 SHORT_BAR, CHECK_EVERY, MAX_MORE = 0.96, 250, 1500
 BARS = {"short_exact_min": (">=", 0.5), "long_exact_max": ("<=", 0.05), "token_drop_min": (">=", 0.3),
         "decay_untrained": (">=", 100.0), "flattening": (">=", 100.0), "reversal_gain": (">=", 0.1),
+        "reversal_long_tok_gain": (">=", 0.02), "forget_gate_rise": (">=", 0.1),
         "longer_val_short": (">=", SHORT_BAR), "longer_val_long_exact": ("<=", 0.05), "longer_val_long_tok_rise": (">=", 0.0),
         "longer_short_exact": (">=", 0.9), "longer_short_gain": (">=", 0.1), "longer_mid_gain": (">=", 0.25),
         "longer_long_exact": ("<=", 0.05), "longer_token_drop": (">=", 0.3),
-        "ex1_count_right": (">=", 0.8), "ex1_first_right": (">=", 0.7), "ex1_later_right": ("<=", 0.15)}
+        "ex1_count_right": (">=", 0.8), "ex1_first_right": (">=", 0.7), "ex1_later_right": ("<=", 0.15),
+        "ex1_reversal_first_gain": (">=", 0.0)}
 
 
 def influence(encoder, S=40, batch=16):
@@ -30,6 +34,18 @@ def influence(encoder, S=40, batch=16):
         out, _ = encoder(x)
         out[:, -1].pow(2).sum().backward()
     return x.grad.norm(dim=-1).mean(0).cpu()
+
+
+@torch.no_grad()
+def mean_forget_gate(model, src):
+    """The encoder's forget gate f_t (PyTorch's gate order i, f, g, o), averaged over real tokens and units."""
+    enc, x = model.encoder, model.src_embed(src)
+    out, _ = enc(x)
+    h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+    rows = slice(enc.hidden_size, 2 * enc.hidden_size)
+    f = torch.sigmoid(x @ enc.weight_ih_l0[rows].T + enc.bias_ih_l0[rows]
+                      + h_prev @ enc.weight_hh_l0[rows].T + enc.bias_hh_l0[rows])
+    return f[src != model.pad_id].mean().item()
 
 
 def numbers_right(model, pairs, src_vocab, tgt_vocab):
@@ -83,7 +99,15 @@ def run(seed: int) -> dict:
                       eval_fn=val_accuracy, eval_every=CHECK_EVERY, stop_fn=lambda r: r["short_exact"] >= SHORT_BAR)
     checks += more.evals
     long_rows = tfmini.evaluate_by_length(longer, test_pairs, src_vocab, tgt_vocab)
-    right, seen, count_right = numbers_right(longer, [p for p in test_pairs if len(p[0]) > LONG], src_vocab, tgt_vocab)
+    long_pairs = [p for p in test_pairs if len(p[0]) > LONG]
+    right, seen, count_right = numbers_right(longer, long_pairs, src_vocab, tgt_vocab)
+    right_500, seen_500, _ = numbers_right(models[0], long_pairs, src_vocab, tgt_vocab)
+    right_rev, seen_rev, _ = numbers_right(models[1], long_pairs, src_vocab, tgt_vocab)  # it reverses src itself
+
+    all_test = tfmini.Batches(tfmini.encode_pairs(test_pairs, src_vocab, tgt_vocab), len(test_pairs), shuffle=False)
+    test_src = next(iter(all_test))[0].to(next(models[0].parameters()).device)   # all 1,000, as in the chapter
+    f_initial = mean_forget_gate(make_fixed().to(test_src.device), test_src)
+    f_trained = mean_forget_gate(models[0], test_src)
 
     torch.manual_seed(seed)
     infl_untrained = influence(nn.LSTM(32, 128, batch_first=True))
@@ -93,6 +117,8 @@ def run(seed: int) -> dict:
     return {"short_exact_min": min(r[0]["seq_acc"] for r in rows), "long_exact_max": max(r[-1]["seq_acc"] for r in rows),
             "token_drop_min": min(r[0]["token_acc"] - r[-1]["token_acc"] for r in rows),
             "reversal_gain": rows[1][0]["seq_acc"] - rows[0][0]["seq_acc"],
+            "reversal_long_tok_gain": rows[1][-1]["token_acc"] - rows[0][-1]["token_acc"],
+            "forget_gate_rise": f_trained - f_initial,
             "decay_untrained": decay, "flattening": decay / decay_trained,
             "more_steps": more.evals[-1]["step"],
             "longer_val_short": more.evals[-1]["short_exact"], "longer_val_long_exact": max(c["long_exact"] for c in checks),
@@ -103,4 +129,5 @@ def run(seed: int) -> dict:
             "longer_long_exact": long_rows[-1]["seq_acc"],
             "longer_token_drop": long_rows[0]["token_acc"] - long_rows[-1]["token_acc"],
             "ex1_count_right": count_right, "ex1_first_right": (right[0] / seen[0]).item(),
-            "ex1_later_right": (right[4:].sum() / seen[4:].sum()).item()}
+            "ex1_later_right": (right[4:].sum() / seen[4:].sum()).item(),
+            "ex1_reversal_first_gain": (right_rev[0] / seen_rev[0] - right_500[0] / seen_500[0]).item()}
