@@ -2,7 +2,10 @@
 sentences (the cells that train them and the probe and agreement checks that follow).
 
 Both train a fixed 700 steps; the masking of the MLM draws from torch's global generator, seeded by fit.
+The language model's checks also cover its validation loss by position (against the bigram model and
+between positions 10-20 and 41-64) and the indented lines of the chapter's two samples.
 """
+import math
 from functools import partial
 
 import torch
@@ -10,7 +13,9 @@ import torch.nn.functional as F
 
 import tfmini
 
-BARS = {"lm_val_nats": ("<=", 2.0), "mlm_last_loss": ("<=", 0.8), "probe_trained": (">=", 0.85),
+BARS = {"lm_val_nats": ("<=", 2.0), "lm_pos1_minus_rest_nats": (">=", 0.5), "lm_pos1_minus_bigram_bits": (">=", 0.0),
+        "lm_late_minus_mid_bits": (">=", -0.1), "lm_mid_minus_late_bits": (">=", -0.3), "lm_samples_indented": (">=", 1),
+        "mlm_last_loss": ("<=", 0.8), "probe_trained": (">=", 0.85),
         "agree_animal_ref": (">=", 0.75), "agree_place_ref": (">=", 0.75)}
 ANIMALS = [("chicken", "chickens"), ("dog", "dogs"), ("cat", "cats"), ("horse", "horses"), ("cow", "cows"), ("goat", "goats")]
 PLACES = [("road", "roads"), ("street", "streets"), ("river", "rivers"), ("bridge", "bridges"), ("field", "fields"),
@@ -26,20 +31,45 @@ def sentence(a, p, na, np_, adj):
             "they" if plural else "it", "were" if plural else "was", "too", adj, "."]
 
 
-def lm_run(seed: int) -> float:
+def lm_run(seed: int) -> dict:
     text = tfmini.python_source_text()
     vocab = tfmini.Vocab(text)
     train_ids, val_ids = tfmini.train_val_split(torch.tensor([vocab.stoi[c] for c in text]), val_fraction=0.1)
+    pairs = torch.zeros(len(vocab), len(vocab), dtype=torch.double).index_put_(
+        (train_ids[:-1], train_ids[1:]), torch.ones(len(train_ids) - 1, dtype=torch.double), accumulate=True)
+    bigram = (pairs + 0.1) / (pairs + 0.1).sum(dim=1, keepdim=True)
+    bigram_val = -bigram[val_ids[:-1], val_ids[1:]].log().mean().item()
     val = torch.tensor(tfmini.lm_windows(val_ids, 65))
     tfmini.set_seed(seed)
     gpt = tfmini.DecoderOnlyLM(tfmini.TransformerConfig(len(vocab), d_model=64, num_heads=4, num_decoder_layers=2,
                                                         dropout=0.0, max_len=64, norm_first=True, positional="learned"))
     tfmini.fit(gpt, tfmini.Batches(tfmini.lm_windows(train_ids, 65, stride=32), batch_size=32, seed=seed),
                steps=700, lr=1e-2, warmup_steps=50, schedule="cosine", seed=seed, progress=False)
-    val = val.to(next(gpt.parameters()).device)
+    gpt.eval()
+    device = next(gpt.parameters()).device
+    val = val.to(device)
     with torch.no_grad():
-        return sum(F.cross_entropy(gpt(w[:, :-1]).transpose(1, 2), w[:, 1:], reduction="sum").item()
-                   for w in val.split(512)) / (val.shape[0] * 64)
+        by_position = torch.cat([F.cross_entropy(gpt(w[:, :-1]).transpose(1, 2), w[:, 1:], reduction="none")
+                                 for w in val.split(512)]).mean(dim=0).cpu()          # (64,) nats
+    bits = lambda nats: float(nats) / math.log(2)
+    mid, late = bits(by_position[9:20].mean()), bits(by_position[40:].mean())
+
+    def sample_text(temperature):                                  # the chapter's chunked sampling, prompt "    def "
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.tensor([vocab.encode(list("    def "))], device=device)
+        while ids.shape[1] < 8 + 320:
+            context = ids[:, -56:]
+            new = tfmini.sample(gpt, context, max_new_tokens=64 - context.shape[1], temperature=temperature, generator=g)
+            ids = torch.cat([ids, new], dim=1)
+        return "".join(vocab.decode(ids[0, :8 + 320].tolist()))
+
+    indented = [sum(line.startswith("    ") and bool(line.strip()) for line in sample_text(tau).split("\n")[1:])
+                for tau in (0.7, 1.0)]
+    return {"lm_val_nats": by_position.mean().item(),
+            "lm_pos1_minus_rest_nats": (by_position[0] - by_position[9:].mean()).item(),
+            "lm_pos1_minus_bigram_bits": bits(by_position[0]) - bits(bigram_val),
+            "lm_late_minus_mid_bits": late - mid, "lm_mid_minus_late_bits": mid - late,
+            "lm_samples_indented": min(indented)}
 
 
 def run(seed: int) -> dict:
@@ -83,5 +113,5 @@ def run(seed: int) -> dict:
         number = torch.tensor([s[IT] == "they" for s in ss]).long()
         return (mass.gather(1, number[:, None])[:, 0] / mass.sum(1)).mean().item()
 
-    return {"lm_val_nats": lm_run(seed), "mlm_last_loss": h.loss[-1], "probe_trained": probe,
+    return {**lm_run(seed), "mlm_last_loss": h.loss[-1], "probe_trained": probe,
             "agree_animal_ref": p_agree(1, ANIMAL_ADJ), "agree_place_ref": p_agree(5, PLACE_ADJ)}
