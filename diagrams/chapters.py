@@ -81,7 +81,8 @@ def assigned(number: int, target: str, occurrence: int = 0) -> Any:
 
 
 def slice_stop(number: int, target: str, occurrence: int = 0) -> int:
-    """How many rows chapter ``number`` keeps when it assigns ``target = x[:n]`` (or ``a, b = x[:n], y[:n]``)."""
+    """How many rows chapter ``number`` keeps when it assigns ``target = x[:n]`` (or ``a, b = x[:n], y[:n]``,
+    or ``x[:n].cpu()``: method calls on the slice are looked through)."""
     found = [node.value for tree in _code(number) for node in ast.walk(tree)
              if isinstance(node, ast.Assign) and len(node.targets) == 1 and _written(node.targets[0]) == target]
     if len(found) <= occurrence:
@@ -89,6 +90,8 @@ def slice_stop(number: int, target: str, occurrence: int = 0) -> int:
                           f"a diagram reads number {occurrence + 1}")
     value = found[occurrence]
     first = value.elts[0] if isinstance(value, ast.Tuple) else value
+    while isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute):  # x[:n].cpu(), x[:n].to(d)
+        first = first.func.value
     if not (isinstance(first, ast.Subscript) and isinstance(first.slice, ast.Slice) and first.slice.upper is not None):
         raise LookupError(f"chapter {number}: {target} = {ast.unparse(value)} is no longer a slice x[:n]")
     return ast.literal_eval(first.slice.upper)
