@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import tfmini
 
 BARS = {"lm_val_nats": ("<=", 2.0), "lm_pos1_minus_rest_nats": (">=", 0.5), "lm_pos1_minus_bigram_bits": (">=", 0.0),
-        "lm_late_minus_mid_bits": (">=", -0.1), "lm_mid_minus_late_bits": (">=", -0.3), "lm_samples_indented": (">=", 1),
+        "lm_late_minus_mid_bits": (">=", -0.1), "lm_late_minus_mid_bits_upper": ("<=", 0.3), "lm_samples_indented": (">=", 1),
         "mlm_last_loss": ("<=", 0.8), "probe_trained": (">=", 0.85),
         "agree_animal_ref": (">=", 0.75), "agree_place_ref": (">=", 0.75)}
 ANIMALS = [("chicken", "chickens"), ("dog", "dogs"), ("cat", "cats"), ("horse", "horses"), ("cow", "cows"), ("goat", "goats")]
@@ -68,7 +68,7 @@ def lm_run(seed: int) -> dict:
     return {"lm_val_nats": by_position.mean().item(),
             "lm_pos1_minus_rest_nats": (by_position[0] - by_position[9:].mean()).item(),
             "lm_pos1_minus_bigram_bits": bits(by_position[0]) - bits(bigram_val),
-            "lm_late_minus_mid_bits": late - mid, "lm_mid_minus_late_bits": mid - late,
+            "lm_late_minus_mid_bits": late - mid, "lm_late_minus_mid_bits_upper": late - mid,  # one value, two bounds
             "lm_samples_indented": min(indented)}
 
 
