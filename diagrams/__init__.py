@@ -49,8 +49,10 @@ DIAGRAMS = [
     Diagram("beam_search", 10, scale.beam_search),
     Diagram("sequential_vs_parallel", 11, scale.sequential_vs_parallel),
     Diagram("families", 12, scale.families),
-    Diagram("bpe_merges", 13, scale.bpe_merges),
-    Diagram("modern_block", 14, modern.modern_block),
+    Diagram("representations_checkpoints", 13, scale.representations_checkpoints),
+    Diagram("bpe_merges", 14, scale.bpe_merges),
+    Diagram("rope_rotation", 15, modern.rope_rotation),
+    Diagram("modern_block", 16, modern.modern_block),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Diagram of the modern decoder chapter (14): one Llama-style block, pre-RMSNorm, grouped-query attention
+"""Diagram of the modern decoder chapter (16): one Llama-style block, pre-RMSNorm, grouped-query attention
 with RoPE on queries and keys, and SwiGLU."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _sharing(c: Canvas, x0: float, y_top: float, H: int, G: int) -> None:
 
 
 def modern_block() -> Canvas:
-    """Chapter 14: a Llama-style decoder block with the shapes of the chapter's model."""
+    """Chapter 16: a Llama-style decoder block with the shapes of the chapter's model."""
     s = shapes.modern_block()
     cfg = s["config"]
     H, G = cfg.num_heads, cfg.num_kv_heads
@@ -113,4 +113,55 @@ def modern_block() -> Canvas:
 
     _sharing(c, 5.55, 2.6, H, G)
     c.text(6.3, 0.55, "shapes: (B, T, d), heads (B, heads, T, dₖ)", size=7, color=MUTED)
+    return c
+
+
+def rope_rotation() -> Canvas:
+    """Chapter 15: RoPE turns pair i of the query at position m by m θ_i and of the key at n by n θ_i, so
+    the angle between them, and the score, changes only with m - n; right, the two layouts of the pairs."""
+    import math
+
+    from matplotlib.patches import Arc
+
+    q_colour, k_colour = GROUP_COLOURS[0], GROUP_COLOURS[1]
+    c = Canvas(7.6, 3.9)
+    c.title("RoPE: each pair of dimensions of q and k turns by its position's angle")
+    cx, cy, r = 1.75, 1.95, 1.1
+    c.circle(cx, cy, r, color="#c8ccd0")
+    c.line([cx - r - 0.15, cx + r + 0.15], [cy, cy], color="#dddddd", width=0.8)
+    c.line([cx, cx], [cy - r - 0.15, cy + r + 0.15], color="#dddddd", width=0.8)
+    theta, m, n = 0.3, 3, 1                     # one pair's angle per position, and the two positions drawn
+    phi_q, phi_k = 0.2, -0.55                   # the pair's direction in q and in k before turning
+
+    def tip(angle: float, length: float = r) -> tuple[float, float]:
+        return cx + length * math.cos(angle), cy + length * math.sin(angle)
+
+    for phi, p, colour, name in ((phi_q, m, q_colour, "q"), (phi_k, n, k_colour, "k")):
+        c.arrow((cx, cy), tip(phi), color=colour, dashed=True, width=1.0)
+        c.arrow((cx, cy), tip(phi + p * theta), color=colour, width=1.6)
+        radius = 0.5 if name == "q" else 0.7
+        c.ax.add_patch(Arc((cx, cy), 2 * radius, 2 * radius, theta1=math.degrees(phi),
+                           theta2=math.degrees(phi + p * theta), color=colour, linewidth=1.0, zorder=3))
+        mid = phi + p * theta / 2
+        c.text(*tip(mid, radius + 0.2), f"{p}·θᵢ", size=7.5, color=colour)
+        x, y = tip(phi + p * theta, r + 0.22)
+        c.text(x, y, f"{name} at {'m' if name == 'q' else 'n'} = {p}", size=8, color=colour, weight="bold")
+    c.text(cx, 0.12, "dashed: before turning; solid: turned by\nposition × θᵢ. The angle between q and k\n"
+                     "changes by (m − n) θᵢ, whatever m and n are.", size=7.3, color=MUTED, va="bottom")
+
+    # The two layouts of one head of width 8: which dimensions form pair i.
+    d_k, cell, x0 = 8, 0.3, 4.35
+    c.text(x0 + d_k * cell / 2, 3.2, f"which dimensions form pair i (head width d_k = {d_k})", size=8.3,
+           weight="bold")
+    for row, (title, pair_of) in enumerate((("interleaved (RoFormer)", lambda j: j // 2),
+                                            ("half-split (Llama's code, tfmini)", lambda j: j % (d_k // 2)))):
+        y = 2.45 - row * 0.95
+        c.text(x0, y + cell + 0.14, title, size=8, ha="left")
+        for j in range(d_k):
+            i = pair_of(j)
+            c.rect(x0 + j * cell, y, cell, cell, fill=GROUP_COLOURS[i + 2])
+            c.text(x0 + (j + 0.5) * cell, y + cell / 2, str(i), size=7.5, color="white", weight="bold")
+            c.text(x0 + (j + 0.5) * cell, y - 0.1, str(j), size=6.5, color=MUTED)
+    c.text(x0 + d_k * cell / 2, 0.55, "pair i turns by p·θᵢ at position p,  θᵢ = 10000^(−2i / d_k);\n"
+                                       "score of q at m and k at n:  q R(m − n) kᵀ", size=7.5, color=MUTED)
     return c

@@ -190,3 +190,55 @@ def bpe_merges() -> Canvas:
     c.text(x0 + len(text) * unit / 2, 0.22, f"{len(text)} bytes → {len(last)} tokens after {len(steps) - 1} merges",
            size=8, color=MUTED)
     return c
+
+
+def representations_checkpoints() -> Canvas:
+    """Chapter 13: (a) the questions asked of the vector of "it"; (b) how GPT-2's weights map onto tfmini's
+    DecoderOnlyLM: the names, the split of the packed projection, and the transposes."""
+    c = Canvas(7.6, 5.6)
+    c.title("(a) What does the vector of “it” carry?   (b) GPT-2's weights in tfmini")
+    # (a) The pipeline of the probe and the agreement test.
+    y = 4.75
+    words = "the chicken didn't cross the road because it was too tired .".split()
+    x = 0.3
+    for w in words:
+        width = 0.11 + 0.075 * len(w)
+        c.box(x + width / 2, y, width, 0.3, w, kind="output" if w == "it" else "tensor", size=7)
+        x += width + 0.05
+    enc = c.box(3.0, y - 0.72, 2.6, 0.36, "EncoderOnlyLM: both sides, no mask", kind="attention", size=8)
+    c.arrow((3.0, y - 0.16), enc.top, width=1.0)
+    vec = c.box(5.35, y - 0.72, 1.0, 0.32, "vector of “it”", kind="output", size=7.5)
+    c.arrow(enc.right, vec.left, width=1.0)
+    probe = c.box(6.75, y - 0.38, 1.25, 0.3, "linear probe:\nanimal or place?", kind="plain", size=7)
+    agree = c.box(6.75, y - 1.06, 1.25, 0.3, "hide the noun:\nagrees with “it”?", kind="plain", size=7)
+    c.arrow(vec.right, probe.left, width=1.0)
+    c.arrow(vec.right, agree.left, width=1.0)
+
+    # (b) The names of one GPT-2 block and of the same weights in tfmini.
+    rows = [
+        ("transformer.wte", "decoder.embed.embedding", ""),
+        ("transformer.wpe", "decoder.pos.embedding", ""),
+        ("h.i.ln_1", "layers.i.norm1", ""),
+        ("h.i.attn.c_attn  (d, 3d)", "self_attn.q_proj, k_proj, v_proj", "split in 3, transpose"),
+        ("h.i.attn.c_proj", "self_attn.out_proj", "transpose"),
+        ("h.i.ln_2", "layers.i.norm3", "no cross-attention: no norm2"),
+        ("h.i.mlp.c_fc", "ff.linear1", "transpose"),
+        ("h.i.mlp.c_proj", "ff.linear2", "transpose"),
+        ("transformer.ln_f", "decoder.norm", ""),
+        ("lm_head = wte", "decoder.lm_head = embed", "tied"),
+    ]
+    top, step = 3.25, 0.29
+    c.text(1.35, top + 0.2, "Hugging Face GPT2LMHeadModel", size=8, weight="bold")
+    c.text(4.55, top + 0.2, "tfmini DecoderOnlyLM", size=8, weight="bold")
+    for k, (theirs, ours, how) in enumerate(rows):
+        yk = top - (k + 0.5) * step
+        left = c.box(1.35, yk, 2.3, step - 0.05, theirs, kind="tensor", size=6.8)
+        right = c.box(4.55, yk, 2.5, step - 0.05, ours, kind="embed" if "embed" in ours or "pos" in ours else
+                      "attention" if "attn" in ours else "ffn" if "ff." in ours else "norm" if "norm" in ours else
+                      "output", size=6.8)
+        c.arrow(left.right, right.left, width=0.9)
+        if how:
+            c.text(5.9, yk, how, size=6.8, color=MUTED, ha="left")
+    c.text(3.8, 0.2, "GPT-2 stores its linear maps as (in, out), PyTorch's nn.Linear as (out, in); "
+                     "h.i. = block i of transformer.h", size=6.8, color=MUTED, va="bottom")
+    return c

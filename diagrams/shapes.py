@@ -311,12 +311,12 @@ def bpe() -> dict:
 
 @functools.cache
 def modern_block() -> dict:
-    """Chapter 14: one block of the Llama-style decoder, on a batch of the chapter's training windows.
+    """Chapter 16: one block of the Llama-style decoder, on a batch of the chapter's training windows.
 
     The configuration is the chapter's ``LLAMA`` options with its ``CONTEXT`` and ``BATCH``; the
     vocabulary (the characters of the chapter's text) does not change any shape inside a block, so a
     stand-in size is used."""
-    options, T, B = assigned(14, "LLAMA"), assigned(14, "CONTEXT"), assigned(14, "BATCH")
+    options, T, B = assigned(16, "LLAMA"), assigned(16, "CONTEXT"), assigned(16, "BATCH")
     model = tfmini.DecoderOnlyLM(tfmini.TransformerConfig(100, max_len=T, **options)).eval()
     layer, cfg = model.decoder.layers[0], model.cfg
     with torch.no_grad():

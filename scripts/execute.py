@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     # MPLBACKEND is unset, so a non-interactive backend set for scripts must not leak into kernels.
     os.environ.pop("MPLBACKEND", None)
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    # Nothing is downloaded at run time: the one cell that fetches real weights (chapter 12, for Colab)
+    # Nothing is downloaded at run time: the one cell that fetches real weights (chapter 13, for Colab)
     # finds the Hugging Face Hub unreachable at once and says so, instead of waiting for a network.
     os.environ["HF_HUB_OFFLINE"] = "1"
     # Threads that wait for work sleep instead of spinning: on a machine busy with other processes,

@@ -2,7 +2,7 @@
 
     python scripts/learning_path.py        # (re)writes images/learning_path.svg
 
-Chapters 0-14 are boxes grouped in the parts of the table of contents (the quick tour above Part I,
+Chapters 0-16 are boxes grouped in the parts of the table of contents (the quick tour above Part I,
 then one column per part), and an arrow goes from a chapter to each chapter that builds on it. The
 outline below is the course's plan, so the figure shows every chapter; tests/test_repo.py checks
 that the parts agree with _toc.yml for the chapters it lists. The SVG is written deterministically
@@ -32,8 +32,8 @@ PARTS = [
         (10, "Decoding: greedy,\nKV cache, beam"),
     ]),
     ("Part III — Scale, families, tokens, modern decoder", 2, [
-        (11, "Cost and\nparallelism"), (12, "Transformer\nfamilies"), (13, "Tokens:\nbyte-level BPE"),
-        (14, "The modern\ndecoder"),
+        (11, "Cost and\nparallelism"), (12, "Transformer\nfamilies"), (13, "Representations,\nreal checkpoints"),
+        (14, "Tokens:\nbyte-level BPE"), (15, "Rotary\npositions"), (16, "The modern\ndecoder"),
     ]),
 ]
 
@@ -42,7 +42,7 @@ BUILDS_ON = [
     (0, 1),
     (1, 2), (2, 3), (3, 4),
     (4, 5), (4, 6), (5, 7), (6, 7), (7, 8), (8, 9), (9, 10),
-    (7, 11), (10, 12), (8, 12), (12, 13), (6, 14), (12, 14), (13, 14),
+    (7, 11), (10, 12), (8, 12), (12, 13), (12, 14), (6, 15), (15, 16), (14, 16),
 ]
 
 BOX_W, BOX_H = 3.4, 1.0
@@ -51,8 +51,8 @@ CAPTION_LINE = 0.27  # height of one line of a part's caption
 PAD = 0.18        # margin of a part's background around its boxes
 GAP = 1.0         # horizontal space between columns, where the arrows from one part to the next run
 # Sideways offsets: chapter 6 does not build on 5, so it steps aside and 5 -> 7 runs past it; likewise
-# chapter 13 steps aside for 12 -> 14.
-ASIDE = {5: 1.0, 6: -1.0, 7: 1.0, 8: 1.0, 9: 1.0, 10: 1.0, 11: 1.0, 12: 1.0, 13: -1.0, 14: 1.0}
+# chapter 13 steps aside for 12 -> 14, and chapter 15 for 14 -> 16.
+ASIDE = {5: 1.0, 6: -1.0, 7: 1.0, 8: 1.0, 9: 1.0, 10: 1.0, 11: 1.0, 12: 1.0, 13: -1.0, 14: 1.0, 15: -1.0, 16: 1.0}
 COLOURS = ["#eeeeee", "#dbe9f6", "#dcefdc", "#f6e6d2"]
 EDGES = ["#808080", "#4a7fb5", "#4f9a56", "#c08a3e"]
 TITLE_PT, NUMBER_PT, CAPTION_PT = 8.3, 13, 8.3

@@ -1,5 +1,5 @@
 """The pieces of the modern decoder: RMSNorm, SwiGLU, rotary positions, grouped-query attention, and
-the Llama-style configuration that combines them (chapter 14)."""
+the Llama-style configuration that combines them (chapters 15 and 16)."""
 import pytest
 import torch
 import torch.nn.functional as F

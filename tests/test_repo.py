@@ -162,6 +162,34 @@ def test_chapter_has_exercises_with_solutions(path):
     assert len(solutions) >= 2, f"{path.name}: expected at least two exercises with solutions, found {summaries}"
 
 
+# A chapter is read in one sitting: its text up to the questions and exercises stays under this many
+# words (words of the markdown cells, equations left out). A longer chapter is split in two.
+BODY_WORDS = 3500
+QUESTIONS = re.compile(r"^## Check your understanding", re.MULTILINE)
+
+
+def body_words(nb: nbformat.NotebookNode) -> int:
+    """Words of the markdown before the chapter's questions and exercises, without $...$ mathematics."""
+    words = 0
+    for source in markdown_cells(nb):
+        found = QUESTIONS.search(source)
+        text = source[:found.start()] if found else source
+        words += len(re.findall(r"\w+", re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.DOTALL)))
+        if found:
+            break
+    return words
+
+
+@pytest.mark.parametrize("path", notebook_params())
+def test_chapter_reads_in_one_sitting(path):
+    nb = read(path)
+    assert any(QUESTIONS.search(s) for s in markdown_cells(nb)), f"{path.name}: no '## Check your understanding'"
+    words = body_words(nb)
+    assert words <= BODY_WORDS, (
+        f"{path.name}: {words:,} words before its questions and exercises, more than {BODY_WORDS:,}: "
+        "tighten it or split it into two chapters")
+
+
 def _load_script(name: str):
     import importlib.util
 
