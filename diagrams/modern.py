@@ -144,17 +144,17 @@ def rope_rotation() -> Canvas:
                            theta2=math.degrees(phi + p * theta), color=colour, linewidth=1.0, zorder=3))
         mid = phi + p * theta / 2
         c.text(*tip(mid, radius + 0.2), f"{p}·θᵢ", size=7.5, color=colour)
-        x, y = tip(phi + p * theta, r + 0.22)
+        x, y = tip(phi + p * theta, r + (0.22 if name == "q" else 0.42))
         c.text(x, y, f"{name} at {'m' if name == 'q' else 'n'} = {p}", size=8, color=colour, weight="bold")
     c.text(cx, 0.12, "dashed: before turning; solid: turned by\nposition × θᵢ. The angle between q and k\n"
                      "changes by (m − n) θᵢ, whatever m and n are.", size=7.3, color=MUTED, va="bottom")
 
     # The two layouts of one head of width 8: which dimensions form pair i.
     d_k, cell, x0 = 8, 0.3, 4.35
-    c.text(x0 + d_k * cell / 2, 3.2, f"which dimensions form pair i (head width d_k = {d_k})", size=8.3,
+    c.text(x0 + d_k * cell / 2, 3.2, f"which dimensions form pair i (head width dₖ = {d_k})", size=8.3,
            weight="bold")
-    for row, (title, pair_of) in enumerate((("interleaved (RoFormer)", lambda j: j // 2),
-                                            ("half-split (Llama's code, tfmini)", lambda j: j % (d_k // 2)))):
+    for row, (title, pair_of) in enumerate((("interleaved (RoFormer, Meta's Llama code)", lambda j: j // 2),
+                                            ("half-split (Hugging Face's Llama, tfmini)", lambda j: j % (d_k // 2)))):
         y = 2.45 - row * 0.95
         c.text(x0, y + cell + 0.14, title, size=8, ha="left")
         for j in range(d_k):
@@ -162,6 +162,6 @@ def rope_rotation() -> Canvas:
             c.rect(x0 + j * cell, y, cell, cell, fill=GROUP_COLOURS[i + 2])
             c.text(x0 + (j + 0.5) * cell, y + cell / 2, str(i), size=7.5, color="white", weight="bold")
             c.text(x0 + (j + 0.5) * cell, y - 0.1, str(j), size=6.5, color=MUTED)
-    c.text(x0 + d_k * cell / 2, 0.55, "pair i turns by p·θᵢ at position p,  θᵢ = 10000^(−2i / d_k);\n"
+    c.text(x0 + d_k * cell / 2, 0.55, "pair i turns by p·θᵢ at position p,  θᵢ = 10000^(−2i / dₖ);\n"
                                        "score of q at m and k at n:  q R(m − n) kᵀ", size=7.5, color=MUTED)
     return c
