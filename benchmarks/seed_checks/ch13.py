@@ -1,6 +1,6 @@
 """Chapter 13: the EncoderOnlyLM on the "it" sentences (the cell that trains it with the masked-LM
 loss, and the probe, similarity and agreement checks that follow, on the trained model and on the
-untrained one with the same initial weights).
+untrained one with the same initial weights; exercise 1's patching of the first layer's output).
 
 It trains a fixed 700 steps; the masking draws from torch's global generator, seeded by fit.
 """
@@ -13,7 +13,9 @@ import torch.nn.functional as F
 import tfmini
 
 BARS = {"mlm_last_loss": ("<=", 0.8), "probe_trained": (">=", 0.85),
-        "probe_trained_ceiling": (">=", 0.95),            # exercise 1's solution: the 80/10/10 probe near its ceiling
+        "patch_it_shift": ("<=", 0.05),                   # exercise 1: largest mean shift, pronoun's vector swapped
+        "patch_slot_shift": (">=", 0.3),                  # exercise 1: smallest mean shift, hidden slot's vector swapped
+        "blocks_trained_vs_untrained": (">=", 0.25),      # same-kind similarity, trained minus untrained
         "agree_animal_ref": (">=", 0.75), "agree_place_ref": (">=", 0.75),
         "probe_untrained_off_chance": ("<=", 0.15),       # |accuracy - 0.5|
         "agree_untrained_off_half": ("<=", 0.05),         # largest |P(agrees) - 0.5| of the four
@@ -86,6 +88,42 @@ def run(seed: int) -> dict:
         number = torch.tensor([s[IT] == "they" for s in ss]).long()
         return (mass.gather(1, number[:, None])[:, 0] / mass.sum(1)).mean().item()
 
+    @torch.no_grad()
+    def plural_shares(model, ss, donors=None, pos=IT, slot=1):
+        hide = lambda x: encode(x).index_fill_(1, torch.tensor([slot], device=device), MASK)
+        first, saved, hooks = model.encoder.layers[0], {}, []
+        if donors is not None:
+            grab = first.register_forward_hook(lambda m, inp, out: saved.update(x=out[0]))
+            model(hide(donors))
+            grab.remove()
+
+            def patch(m, inp, out):
+                x = out[0].clone()
+                x[:, pos] = saved["x"][:, pos]
+                return (x, *out[1:])
+            hooks.append(first.register_forward_hook(patch))
+        try:
+            prob = model(hide(ss))[:, slot].softmax(-1).cpu()
+        finally:
+            for hk in hooks:
+                hk.remove()
+        return (prob[:, forms[slot][1]].sum(-1) / prob[:, torch.cat(forms[slot])].sum(-1)).mean().item()
+
+    animal_side = [sentence(a, p, 1, 1, adj) for a, p in test_pairs for adj in ANIMAL_ADJ]
+    place_side = [sentence(a, p, 1, 1, adj) for a, p in test_pairs for adj in PLACE_ADJ]
+    it_shifts, slot_shifts = [], []
+    for ss, donors in ((animal_side, place_side), (place_side, animal_side)):
+        base = plural_shares(bert, ss)
+        it_shifts.append(abs(plural_shares(bert, ss, donors, pos=IT) - base))
+        slot_shifts.append(abs(plural_shares(bert, ss, donors, pos=1) - base))
+
+    def same_kind_mean(model):
+        zz = it_vectors(model, it_sents)
+        zz = zz - zz.mean(dim=0)
+        ba = torch.stack([zz[torch.tensor([s[10] == adj for s in it_sents])].mean(dim=0) for adj in adjectives])
+        ss_ = F.cosine_similarity(ba[:, None], ba[None], dim=-1)
+        return ss_[same_kind].mean().item()
+
     # the similarity cell, on the untrained model: centred "it" of the lecture's pair, and per-adjective blocks
     z = it_vectors(untrained, it_sents)
     mean = z.mean(dim=0)
@@ -97,8 +135,9 @@ def run(seed: int) -> dict:
     eye = torch.eye(len(adjectives), dtype=torch.bool)
     same_kind = (kind[:, None] == kind[None]) & ~eye
     agree_untrained = [p_agree(untrained, slot, adjs) for slot in (1, 5) for adjs in (ANIMAL_ADJ, PLACE_ADJ)]
-    probe_trained = probe(bert)
-    return {"mlm_last_loss": h.loss[-1], "probe_trained": probe_trained, "probe_trained_ceiling": probe_trained,
+    return {"mlm_last_loss": h.loss[-1], "probe_trained": probe(bert),
+            "patch_it_shift": max(it_shifts), "patch_slot_shift": min(slot_shifts),
+            "blocks_trained_vs_untrained": same_kind_mean(bert) - same_kind_mean(untrained),
             "agree_animal_ref": p_agree(bert, 1, ANIMAL_ADJ), "agree_place_ref": p_agree(bert, 5, PLACE_ADJ),
             "probe_untrained_off_chance": abs(probe(untrained) - 0.5),
             "agree_untrained_off_half": max(abs(p - 0.5) for p in agree_untrained),
