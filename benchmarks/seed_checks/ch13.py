@@ -13,8 +13,7 @@ import torch.nn.functional as F
 import tfmini
 
 BARS = {"mlm_last_loss": ("<=", 0.8), "probe_trained": (">=", 0.85),
-        "patch_it_shift": ("<=", 0.05),                   # exercise 1: largest mean shift, pronoun's vector swapped
-        "patch_slot_shift": (">=", 0.3),                  # exercise 1: smallest mean shift, hidden slot's vector swapped
+        "patch_it_shift": ("<=", 0.1),                    # exercise 1: largest mean shift, pronoun's vector swapped
         "blocks_trained_vs_untrained": (">=", 0.25),      # same-kind similarity, trained minus untrained
         "agree_animal_ref": (">=", 0.75), "agree_place_ref": (">=", 0.75),
         "probe_untrained_off_chance": ("<=", 0.15),       # |accuracy - 0.5|
