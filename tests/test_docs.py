@@ -168,7 +168,7 @@ def test_docstring_documents_args_returns_and_shapes(name, obj):
 
 # Chapters name what they add to tfmini in an "Added to tfmini" section, as cross-references to this
 # API page: {py:func}`tfmini.masks.causal_mask`, or {py:class}`shown text <tfmini.layers.EncoderLayer>`.
-ADDED_SECTION = re.compile(r"^(?:#{1,6}\s+|\*\*)Added to `?tfmini`?.*?(?=^#{1,6}\s|\Z)", re.MULTILINE | re.DOTALL)
+ADDED_SECTION = re.compile(r"^#{1,6}\s+Added to `?tfmini`?.*?(?=^#{1,6}\s|\Z)", re.MULTILINE | re.DOTALL)
 PLAIN_NAME = re.compile(r"(?<![}`])`(tfmini(?:\.[A-Za-z_]\w*)+)(?:\(\))?`(?!`)")
 PY_ROLE = re.compile(r"\{py:\w+\}`(?:[^`<]*<)?~?(?P<target>tfmini[\w.]*)>?`")
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
