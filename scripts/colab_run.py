@@ -3,6 +3,7 @@
     python scripts/colab_run.py                     # every colab/*.ipynb (chapters/*.ipynb if no colab/)
     python scripts/colab_run.py colab/03_x.ipynb    # only the given notebooks
     python scripts/colab_run.py --jobs 2            # two notebooks at a time, one thread each
+    python scripts/colab_run.py --prepare           # only build .venv-colab (scripts/test.sh starts it early)
 
 What a reader who opens a chapter in Colab has, and what this script recreates locally:
 
@@ -51,6 +52,9 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from traitlets import Unicode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import runtimes  # noqa: E402  (scripts/runtimes.py, beside this file)
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-colab"
@@ -185,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: colab/*.ipynb, else chapters/*.ipynb")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1); > 1: one thread each")
     folder = ROOT / "colab" if (ROOT / "colab").is_dir() else ROOT / "chapters"
+    parser.add_argument("--prepare", action="store_true", help="only create .venv-colab if needed, then exit")
     args = parser.parse_args(argv)
+    if args.prepare:
+        ensure_venv()
+        return 0
     if args.jobs < 1:
         parser.error(f"--jobs: expected >= 1, got {args.jobs}")
     notebooks = [p.resolve() for p in args.notebooks] or sorted(folder.glob("*.ipynb"))
@@ -202,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         env = shared_env(Path(name))
         if args.jobs > 1:
             env.update({var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-        # Longest first (by file size, a rough proxy), so that two workers finish close together.
-        order = sorted(notebooks, key=lambda p: -p.stat().st_size) if args.jobs > 1 else notebooks
+        # Longest first (by the run times in intro.md's table, else by file size), so that the workers
+        # finish close together.
+        seconds = runtimes.recorded()
+        order = sorted(notebooks, key=lambda p: (-seconds.get(p.name, 0), -p.stat().st_size)) if args.jobs > 1 else notebooks
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             runs = {pool.submit(run_notebook, path, env, Path(name)): path for path in order}
             for done in concurrent.futures.as_completed(runs):

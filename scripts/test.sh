@@ -3,6 +3,7 @@
 #   1. unit tests of tfmini and of the repository (pytest tests)
 #   2. the same unit tests with the oldest versions that pyproject.toml allows (scripts/test_minimums.sh, .venv-min/)
 #   3. strict nbval over every chapter: each notebook re-executed and compared with its committed outputs
+#      (scripts/nbval_parallel.py: two notebooks at a time, one thread per kernel)
 #   4. every notebook as on Colab (scripts/colab_run.py): alone in an empty folder, in a fresh environment
 #      with another torch than the pin, tfmini installed by the notebook's own setup cell
 #   5. the book build with warnings as errors
@@ -19,6 +20,8 @@ TFMINI_STAGE_T0=$SECONDS
 
 on_exit() {
     local rc=$?
+    # the background installs started below, if they are still running
+    kill $(jobs -p) 2>/dev/null || true
     if ((rc != 0)) && [[ -n "$TFMINI_STAGE" ]]; then
         echo
         echo "-- $TFMINI_STAGE: FAILED (exit $rc) after $((SECONDS - TFMINI_STAGE_T0)) s"
@@ -40,35 +43,44 @@ stage_done() {
     TFMINI_STAGE=""
 }
 
+# The environments of stages 2 and 4 download a few GB (torch builds other than the pin): that network
+# and disk work runs in the background, beside stages 1 to 3, and stages 2 and 4 wait for it.
+TFMINI_LOGS="$(mktemp -d)"
+bash scripts/test_minimums.sh --install-only >"$TFMINI_LOGS/minimums.log" 2>&1 &
+TFMINI_MINIMUMS_PID=$!
+python scripts/colab_run.py --prepare >"$TFMINI_LOGS/colab.log" 2>&1 &
+TFMINI_COLAB_PID=$!
+
+# waits for a background install; shows its output, and fails the stage if it failed
+wait_for() {
+    local rc=0
+    wait "$1" || rc=$?
+    cat "$2"
+    return "$rc"
+}
+
 stage "1/6 unit tests: python -m pytest tests -q"
 python -m pytest tests -q
 stage_done "unit tests"
 
 stage "2/6 minimum versions: bash scripts/test_minimums.sh (pytest tests with the oldest versions pyproject.toml allows)"
+wait_for "$TFMINI_MINIMUMS_PID" "$TFMINI_LOGS/minimums.log"
 bash scripts/test_minimums.sh
 stage_done "minimum versions"
 
-stage "3/6 notebooks: strict nbval over chapters/"
-shopt -s nullglob
-TFMINI_NOTEBOOKS=(chapters/*.ipynb)
-shopt -u nullglob
-if ((${#TFMINI_NOTEBOOKS[@]} == 0)); then
-    echo "no notebooks in chapters/ yet: nothing to compare"
-else
-    # Kernels must draw figures inline as they did under scripts/execute.sh: no MPLBACKEND for them.
-    # A fresh checkpoint folder: chapters may reuse models trained earlier in this run only.
-    # Trained numbers depend on the CPU's floating-point paths (AVX-512 and AVX2 kernels round
-    # differently), so a committed output that depends on them would pass on some machines and fail
-    # on others. The kernels run on the AVX2 paths of PyTorch and MKL: on a machine with AVX-512,
-    # where the outputs are usually written, every such output then fails here, every time.
-    # Such cells are NBVAL_IGNORE_OUTPUT and assert what matters.
-    ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-    TFMINI_CACHE="$(mktemp -d)" env -u MPLBACKEND python -m pytest --nbval --nbval-current-env \
-        --nbval-sanitize-with .ci/nbval_sanitize.cfg chapters/ -q -p no:cacheprovider
-fi
+stage "3/6 notebooks: python scripts/nbval_parallel.py (strict nbval over chapters/, two at a time)"
+# Kernels must draw figures inline as they did under scripts/execute.sh: no MPLBACKEND for them.
+# A fresh checkpoint folder: chapters may reuse models trained earlier in this run only.
+# Trained numbers depend on the CPU's floating-point paths (AVX-512 and AVX2 kernels round
+# differently), so a committed output that depends on them would pass on some machines and fail
+# on others. The kernels run on the AVX2 paths of PyTorch and MKL: on a machine with AVX-512,
+# where the outputs are usually written, every such output then fails here, every time.
+# Such cells are NBVAL_IGNORE_OUTPUT and assert what matters. nbval_parallel.py sets all of this.
+python scripts/nbval_parallel.py
 stage_done "notebooks"
 
 stage "4/6 Colab: python scripts/colab_run.py --jobs 2 (every notebook alone, as Colab runs it; two at a time)"
+wait_for "$TFMINI_COLAB_PID" "$TFMINI_LOGS/colab.log"
 python scripts/colab_run.py --jobs 2
 stage_done "Colab"
 

@@ -15,7 +15,17 @@
 # scripts/env.sh does for .venv); delete .venv-min after changing how this script installs.
 #
 # Needs Python 3.11 (tomllib; the oldest torch allowed has no wheels for newer Pythons).
+#
+#   bash scripts/test_minimums.sh                 # install when needed, then run the tests
+#   bash scripts/test_minimums.sh --install-only  # only the install (scripts/test.sh starts it early)
 set -euo pipefail
+
+INSTALL_ONLY=0
+case "${1:-}" in
+    "") ;;
+    --install-only) INSTALL_ONLY=1 ;;
+    *) echo "minimums: expected no argument or --install-only, got '$1'" >&2; exit 2 ;;
+esac
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=.venv-min
@@ -69,6 +79,9 @@ else
     rm -f "$LOG"
     echo "$HASH" >"$STAMP"
     echo "minimums: installed in $((SECONDS - T0)) s"
+fi
+if ((INSTALL_ONLY)); then
+    exit 0
 fi
 
 # shellcheck disable=SC1091

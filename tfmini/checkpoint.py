@@ -70,7 +70,7 @@ def fit_or_load(model: nn.Module, batches, *, name: str, cache_dir=None, **fit_k
         return History(**{**saved["history"], "loaded": True})
     history = fit(model, batches, **fit_kwargs)
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes may train the same model at once
     torch.save({"state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "history": asdict(history),
                 "epoch": getattr(batches, "epoch", None)}, tmp)
     tmp.replace(path)
