@@ -12,7 +12,6 @@ again from its 500-step weights with the same arguments, checked every 250 steps
 from seed 10 * seed (0 in the book).
 """
 import torch
-from torch import nn
 
 import tfmini
 
@@ -109,8 +108,7 @@ def run(seed: int) -> dict:
     f_initial = mean_forget_gate(make_fixed().to(test_src.device), test_src)
     f_trained = mean_forget_gate(models[0], test_src)
 
-    torch.manual_seed(seed)
-    infl_untrained = influence(nn.LSTM(32, 128, batch_first=True))
+    infl_untrained = influence(make_fixed().to(test_src.device).encoder)   # the plain model's initial encoder
     infl_trained = influence(models[0].encoder)
     decay = (infl_untrained[-1] / infl_untrained[0]).item()
     decay_trained = (infl_trained[-1] / infl_trained[0]).item()

@@ -12,7 +12,7 @@ import torch
 import tfmini
 
 BARS = {"worst_bin_gain": (">=", -0.1), "long_gain": (">=", 0.2), "longest_token_gain": (">=", 0.2),
-        "example_tokens_right": (">=", 0.5), "tens_on_word": (">=", 0.6), "units_back": (">=", 0.8),
+        "tens_on_word": (">=", 0.6), "units_back": (">=", 0.8),
         "longest_on_word": (">=", 0.5)}
 
 
@@ -38,7 +38,8 @@ def run(seed: int) -> dict:
     src, tgt = test_pairs[3]
     out = tfmini.greedy_decode(model, tensor(src_vocab.encode(src)), max_len=40, bos_id=tgt_vocab.bos_id,
                                eos_id=tgt_vocab.eos_id)
-    right = sum(p == t for p, t in zip(tgt_vocab.decode(out[0]), tgt)) / len(tgt)
+    gold, written = " ".join(tgt).split(" , "), " ".join(tgt_vocab.decode(out[0])).split(" , ")
+    right = sum(p == g for p, g in zip(written, gold)) / len(gold)   # numbers right, k-th against k-th (no bar)
     offsets = {"tens": Counter(), "units": Counter()}
     for src, tgt in test_pairs[:300]:
         with torch.no_grad():
@@ -58,6 +59,6 @@ def run(seed: int) -> dict:
     on_word = [argmax[i] - ref[i] in (0, 1) for i, t in enumerate(tgt) if t.isdigit()]
     return {"worst_bin_gain": min(a["seq_acc"] - f["seq_acc"] for a, f in zip(att, fix)),
             "long_gain": sum(long_gap) / len(long_gap), "longest_token_gain": att[-1]["token_acc"] - fix[-1]["token_acc"],
-            "example_tokens_right": right, "tens_on_word": offsets["tens"][0] / n,
+            "example_numbers_right": right, "tens_on_word": offsets["tens"][0] / n,
             "units_back": (offsets["units"][0] + offsets["units"][1]) / n,
             "longest_on_word": sum(on_word) / len(on_word)}

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import tfmini
 
 BARS = {"line_additive_acc": (">=", 0.8), "line_bilinear_acc": ("<=", 0.4), "line_dot_acc": ("<=", 0.6),
-        "line_ce_gap": (">=", 1.0), "line_range_ratio": (">=", 10.0),
+        "line_ce_gap": (">=", 1.0), "line_range_ratio": (">=", 10.0), "line_bilinear_shrink": ("<=", 0.5),
         "lookup_soft_loss_ratio": ("<=", 0.3), "lookup_hard_loss_ratio": ("<=", 0.3), "lookup_soft_acc": (">=", 0.85),
         "lookup_start_acc": ("<=", 0.3), "st_acc": (">=", 0.8), "st_loss_ratio": ("<=", 0.3)}
 
@@ -70,6 +70,7 @@ def run(seed: int) -> dict:
     q_test, k_test, target_test = line_task(4000, torch.Generator().manual_seed(1))
     scorers = {"dot": tfmini.DotScore(), "bilinear": tfmini.BilinearScore(2, 2), "additive": tfmini.AdditiveScore(2, 2, 32)}
     ce, acc, spread, angles = {}, {}, {}, torch.linspace(-math.pi, math.pi, 361)
+    W_norm_start = scorers["bilinear"].W.weight.norm().item()
     circle = torch.stack([angles.cos(), angles.sin()], dim=-1)[None]
     for name, scorer in scorers.items():
         if name != "dot":
@@ -90,6 +91,7 @@ def run(seed: int) -> dict:
     last = lambda curve: sum(curve[-20:]) / 20
     return {"line_additive_acc": acc["additive"], "line_bilinear_acc": acc["bilinear"], "line_dot_acc": acc["dot"],
             "line_ce_gap": ce["bilinear"] - ce["additive"], "line_range_ratio": spread["additive"] / spread["bilinear"],
+            "line_bilinear_shrink": scorers["bilinear"].W.weight.norm().item() / W_norm_start,
             "lookup_soft_loss_ratio": last(soft_losses) / soft_losses[0],
             "lookup_hard_loss_ratio": last(hard_losses) / hard_losses[0], "lookup_soft_acc": soft_acc,
             "lookup_start_acc": start_acc, "st_acc": st_acc, "st_loss_ratio": last(st_losses) / st_losses[0]}
