@@ -23,13 +23,13 @@ OUTPUT = ROOT / "images" / "learning_path.svg"
 PARTS = [
     ("Getting started", 0, [(0, "Quick tour")]),
     ("Part I — From recurrence to attention", 0, [
-        (1, "Sequence to sequence\nwith RNNs"), (2, "Bahdanau\nattention"), (3, "Attention,\nin general"),
+        (1, "Sequence to\nsequence, RNNs"), (2, "Bahdanau\nattention"), (3, "Attention,\nin general"),
         (4, "Self-attention"),
     ]),
     ("Part II — The Transformer", 1, [
         (5, "Multi-head\nattention"), (6, "Positional\nencoding"), (7, "The Transformer\nblock"),
-        (8, "Masking, decoder,\ncross-attention"), (9, "The full encoder-\ndecoder Transformer"),
-        (10, "Decoding: greedy,\nKV cache, beam"),
+        (8, "Masking, decoder,\ncross-attention"), (9, "Encoder-decoder\nTransformer"),
+        (10, "Decoding:\nKV cache, beam"),
     ]),
     ("Part III — Scale, families, tokens, modern decoder", 2, [
         (11, "Cost and\nparallelism"), (12, "Transformer\nfamilies"), (13, "Representations,\nreal checkpoints"),
@@ -45,22 +45,29 @@ BUILDS_ON = [
     (7, 11), (10, 12), (8, 12), (12, 13), (12, 14), (6, 15), (15, 16), (14, 16),
 ]
 
-BOX_W, BOX_H = 3.4, 1.0
+BOX_W, BOX_H = 3.8, 1.0
 ROW = 1.3         # vertical distance between chapters of a part
-CAPTION_LINE = 0.27  # height of one line of a part's caption
+CAPTION_LINE = 0.34  # height of one line of a part's caption
 PAD = 0.18        # margin of a part's background around its boxes
 GAP = 1.0         # horizontal space between columns, where the arrows from one part to the next run
 # Sideways offsets: chapter 6 does not build on 5, so it steps aside and 5 -> 7 runs past it; likewise
 # chapter 13 steps aside for 12 -> 14, and chapter 15 for 14 -> 16.
-ASIDE = {5: 1.0, 6: -1.0, 7: 1.0, 8: 1.0, 9: 1.0, 10: 1.0, 11: 1.0, 12: 1.0, 13: -1.0, 14: 1.0, 15: -1.0, 16: 1.0}
+STEP = 1.1
+ASIDE = {5: STEP, 6: -STEP, 7: STEP, 8: STEP, 9: STEP, 10: STEP, 11: STEP, 12: STEP, 13: -STEP, 14: STEP, 15: -STEP,
+         16: STEP}
 COLOURS = ["#eeeeee", "#dbe9f6", "#dcefdc", "#f6e6d2"]
 EDGES = ["#808080", "#4a7fb5", "#4f9a56", "#c08a3e"]
-TITLE_PT, NUMBER_PT, CAPTION_PT = 8.3, 13, 8.3
+TITLE_PT, NUMBER_PT, CAPTION_PT = 8.0, 13, 8.3
 
 
 def caption_lines(caption: str) -> list[str]:
-    """A part's caption in short lines: "Part I", then its title wrapped."""
-    return [line for piece in caption.split(" — ") for line in textwrap.wrap(piece, 22)]
+    """A part's caption in short lines: "Part I", then its title wrapped to lines of even length."""
+    lines = []
+    for piece in caption.split(" — "):
+        count = len(textwrap.wrap(piece, 22))
+        width = min(w for w in range(1, 23) if len(textwrap.wrap(piece, w)) == count)
+        lines += textwrap.wrap(piece, width)
+    return lines
 
 
 def caption_height(caption: str) -> float:
@@ -99,8 +106,11 @@ def arrow_path(a: int, b: int, centre: dict) -> list[tuple[float, float]]:
     """Corners of the arrow from chapter a to chapter b.
 
     In one column: straight down from the bottom of a to the top of b. From one column to the next:
-    out of a's right side, up or down the gap in front of b's column, and into b's left side; arrows
-    to different chapters run at different places in the gap, so that they stay apart.
+    out of a's right side, up or down the gap in front of b's column, and into b's left side. Each
+    such arrow has its own lane in the gap, so that no two run together: the higher an arrow
+    reaches, the further left it runs, so that the arrows into the upper chapters pass over none of
+    the others. Arrows into the same chapter enter it at different heights, the one from the higher
+    chapter higher.
     """
     (xa, ya), (xb, yb) = centre[a], centre[b]
     if column_of(a) == column_of(b):
@@ -110,15 +120,19 @@ def arrow_path(a: int, b: int, centre: dict) -> list[tuple[float, float]]:
         if part_of(a) != part_of(b):
             x = min(xa, xb) + BOX_W / 2 - 0.3
         return [(x, ya - BOX_H / 2), (x, yb + BOX_H / 2)]
-    start, end = (xa + BOX_W / 2, ya), (xb - BOX_W / 2, yb)
     if abs(ya - yb) < 1e-9:
-        return [start, end]
+        return [(xa + BOX_W / 2, ya), (xb - BOX_W / 2, yb)]
     column = column_of(b)
     in_column = [n for _, c, chapters in PARTS if c == column for n, _ in chapters]
     gap_right = min(centre[n][0] for n in in_column) - BOX_W / 2 - PAD
-    targets = sorted({t for _, t in BUILDS_ON if column_of(t) == column})
-    x = gap_right - GAP + GAP * (targets.index(b) + 1) / (len(targets) + 1)
-    return [start, (x, ya), (x, yb), end]
+    lanes = [(p, q) for p, q in BUILDS_ON
+             if column_of(q) == column and column_of(p) != column and abs(centre[p][1] - centre[q][1]) > 1e-9]
+    lanes.sort(key=lambda e: (-max(centre[e[0]][1], centre[e[1]][1]), -min(centre[e[0]][1], centre[e[1]][1])))
+    x = gap_right - GAP + GAP * (lanes.index((a, b)) + 1) / (len(lanes) + 1)
+    into_b = [p for p, q in lanes if q == b]
+    if len(into_b) > 1:
+        yb += BOX_H / 4 * (1 - 2 * into_b.index(a) / (len(into_b) - 1))
+    return [(xa + BOX_W / 2, ya), (x, ya), (x, yb), (xb - BOX_W / 2, yb)]
 
 
 def draw(path: FilePath = OUTPUT) -> FilePath:
@@ -158,7 +172,7 @@ def draw(path: FilePath = OUTPUT) -> FilePath:
                                         edgecolor=EDGES[index], linewidth=1.4, zorder=2))
             ax.text(x - BOX_W / 2 + 0.14, y, str(number), ha="left", va="center", fontsize=NUMBER_PT,
                     fontweight="bold", color=EDGES[index], zorder=3)
-            ax.text(x - BOX_W / 2 + (0.78 if number >= 10 else 0.55), y, title, ha="left", va="center",
+            ax.text(x - BOX_W / 2 + (0.98 if number >= 10 else 0.63), y, title, ha="left", va="center",
                     fontsize=TITLE_PT, color="#222222", linespacing=1.15, zorder=3)
 
     for a, b in BUILDS_ON:

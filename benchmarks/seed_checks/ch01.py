@@ -1,8 +1,9 @@
 """Chapter 1 (sequence to sequence with RNNs): the cells that build the data and ``make_fixed``, train
 the plain and the reversed-source model, train the plain model longer (``val_accuracy``), compare the
 models by source length, measure the influence of each input position on the encoder's last state
-(``influence``) and the encoder's mean forget gate on the test sources (``mean_forget_gate``), and the
-hidden solution of exercise 1 (which numbers of a long source get lost, for the longer-trained model and
+(``influence``) and the encoder's mean forget gate on the validation sources (``mean_forget_gate``), score
+the short test sources that never occur in training on their own, and the hidden solution of exercise 1
+(which numbers of a long source get lost, for the longer-trained model and
 for the two 500-step models).
 
 Recipe as in the chapter: 500 steps on batches of 128, lr 5e-3, 50 warm-up steps; then the plain model
@@ -23,6 +24,7 @@ BARS = {"short_exact_min": (">=", 0.5), "long_exact_max": ("<=", 0.05), "token_d
         "longer_val_short": (">=", SHORT_BAR), "longer_val_long_exact": ("<=", 0.05), "longer_val_long_tok_rise": (">=", 0.0),
         "longer_short_exact": (">=", 0.9), "longer_short_gain": (">=", 0.1), "longer_mid_gain": (">=", 0.25),
         "longer_long_exact": ("<=", 0.05), "longer_token_drop": (">=", 0.3),
+        "longer_unseen_short": (">=", 0.7), "unseen_short_gain": (">=", 0.15), "seen_minus_unseen": (">=", 0.0),
         "ex1_count_right": (">=", 0.8), "ex1_first_right": (">=", 0.7), "ex1_later_right": ("<=", 0.15),
         "ex1_reversal_first_gain": (">=", 0.0)}
 
@@ -103,12 +105,20 @@ def run(seed: int) -> dict:
     right_500, seen_500, _ = numbers_right(models[0], long_pairs, src_vocab, tgt_vocab)
     right_rev, seen_rev, _ = numbers_right(models[1], long_pairs, src_vocab, tgt_vocab)  # it reverses src itself
 
-    all_test = tfmini.Batches(tfmini.encode_pairs(test_pairs, src_vocab, tgt_vocab), len(test_pairs), shuffle=False)
-    test_src = next(iter(all_test))[0].to(next(models[0].parameters()).device)   # all 1,000, as in the chapter
-    f_initial = mean_forget_gate(make_fixed().to(test_src.device), test_src)
-    f_trained = mean_forget_gate(models[0], test_src)
+    in_train = {tuple(s) for s, _ in train_pairs}
+    short_test = [p for p in test_pairs if len(p[0]) <= SHORT]
+    short_seen, short_unseen = ([p for p in short_test if (tuple(p[0]) in in_train) == flag] for flag in (True, False))
+    ids = dict(max_new_tokens=40, bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)
+    unseen_500, unseen_longer, seen_longer = (tfmini.evaluate(m, encode(ps), **ids)["seq_acc"]
+                                              for m, ps in ((models[0], short_unseen), (longer, short_unseen),
+                                                            (longer, short_seen)))
 
-    infl_untrained = influence(make_fixed().to(test_src.device).encoder)   # the plain model's initial encoder
+    all_val = tfmini.Batches(tfmini.encode_pairs(val_pairs, src_vocab, tgt_vocab), len(val_pairs), shuffle=False)
+    val_src = next(iter(all_val))[0].to(next(models[0].parameters()).device)   # all 1,000, as in the chapter
+    f_initial = mean_forget_gate(make_fixed().to(val_src.device), val_src)
+    f_trained = mean_forget_gate(models[0], val_src)
+
+    infl_untrained = influence(make_fixed().to(val_src.device).encoder)   # the plain model's initial encoder
     infl_trained = influence(models[0].encoder)
     decay = (infl_untrained[-1] / infl_untrained[0]).item()
     decay_trained = (infl_trained[-1] / infl_trained[0]).item()
@@ -126,6 +136,8 @@ def run(seed: int) -> dict:
             "longer_mid_gain": long_rows[1]["seq_acc"] - rows[0][1]["seq_acc"],
             "longer_long_exact": long_rows[-1]["seq_acc"],
             "longer_token_drop": long_rows[0]["token_acc"] - long_rows[-1]["token_acc"],
+            "longer_unseen_short": unseen_longer, "unseen_short_gain": unseen_longer - unseen_500,
+            "seen_minus_unseen": seen_longer - unseen_longer,
             "ex1_count_right": count_right, "ex1_first_right": (right[0] / seen[0]).item(),
             "ex1_later_right": (right[4:].sum() / seen[4:].sum()).item(),
             "ex1_reversal_first_gain": (right_rev[0] / seen_rev[0] - right_500[0] / seen_500[0]).item()}
