@@ -19,8 +19,9 @@ What a reader who opens a chapter in Colab has, and what this script recreates l
   temporary bare repository whose ``main`` is the current working tree's tracked files (``git stash
   create``), so pip builds tfmini from what is checked out here and nothing leaves the machine;
 - only the notebook file: each one runs alone in an empty temporary folder, with an empty checkpoint
-  folder (TFMINI_CACHE), top to bottom, at most 3,600 s per cell (a guard against a hang, not a speed test: chapter 9's comparison cell takes about 1,500 s on one slow core), errors fatal except in cells tagged
-  ``raises-exception``. A last added cell checks that tfmini came from pip's install into that
+  folder (TFMINI_CACHE), top to bottom, at most 3,600 s per cell (a guard against a hang, not a speed
+  test: chapter 9's comparison cell takes about 1,500 s on one core), errors fatal except in cells
+  tagged ``raises-exception``. A last added cell checks that tfmini came from pip's install into that
   notebook's venv and torch is ``TORCH``. Outputs are thrown away; nothing in the repository is written.
 
 With ``--jobs N`` (N > 1) N notebooks run at once, each kernel limited to one thread (as a Colab CPU
