@@ -106,8 +106,8 @@ def bahdanau_step() -> Canvas:
     out = c.box(7.0, 1.45, 0.85, 0.5, "Linear", kind="output", size=9)
     c.arrow(lstm.right, out.left)
     c.text((lstm.right[0] + out.left[0]) / 2, 1.62, "hᵈᵢ", size=8.5)
-    c.shape(7.0, 1.02, s["out_in"], "[hᵢ; cᵢ]")
-    c.shape(7.0, 0.84, s["logits"], "logits")
+    c.shape(6.92, 1.02, s["out_in"], "[hᵈᵢ; cᵢ]")  # a little left of the box: the label is wide
+    c.shape(6.92, 0.84, s["logits"], "logits")
     c.arrow(ctx.right, (7.0, out.top[1]), corners=[(7.0, 2.35)], color="#888888", dashed=True)
     return c
 

@@ -4,6 +4,7 @@
     python scripts/colab_run.py colab/03_x.ipynb    # only the given notebooks
     python scripts/colab_run.py --jobs 2            # two notebooks at a time, one thread each
     python scripts/colab_run.py --prepare           # only build .venv-colab (scripts/test.sh starts it early)
+    python scripts/colab_run.py --nbval --jobs 2    # stage 3 of scripts/test.sh: also compare the outputs
 
 What a reader who opens a chapter in Colab has, and what this script recreates locally:
 
@@ -23,6 +24,11 @@ What a reader who opens a chapter in Colab has, and what this script recreates l
   test: chapter 9's comparison cell takes about 1,500 s on one core), errors fatal except in cells
   tagged ``raises-exception``. A last added cell checks that tfmini came from pip's install into that
   notebook's venv and torch is ``TORCH``. Outputs are thrown away; nothing in the repository is written.
+- with ``--nbval``, strict nbval executes the notebook instead (one execution, not two) and compares every
+  output with the committed one, as ``scripts/nbval_parallel.py`` does in the course's own venv: the
+  kernels run on the AVX2 paths of PyTorch and MKL, ``.ci/nbval_sanitize.cfg`` applies, the setup cell's
+  output (pip's messages) is not compared, and a stand-in for ``myst_nb.glue`` (absent on Colab) records
+  the glued values so that they are compared too.
 
 With ``--jobs N`` (N > 1) N notebooks run at once, each kernel limited to one thread (as a Colab CPU
 runtime's two cores shared with a second notebook would be): no result depends on the thread count,
@@ -71,6 +77,8 @@ PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip", "t
 # models (about 7 minutes on two threads of this project's machines, longer on one).
 CELL_TIMEOUT_S = 3600
 KERNEL_NAME = "colab"
+# As for scripts/nbval_parallel.py: the committed outputs are compared on the AVX2 paths of PyTorch and MKL.
+NBVAL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 # Kernel startup file: what makes `"google.colab" in sys.modules` true, as on Colab.
 FAKE_COLAB = """\
@@ -81,6 +89,27 @@ except ImportError:
     _google = _sys.modules["google"] = _types.ModuleType("google")
 _sys.modules["google.colab"] = _google.colab = _types.ModuleType("google.colab")
 del _sys, _types, _google
+"""
+# Kernel startup file for --nbval only: the committed outputs hold the values that `glue` records for
+# the book (myst_nb's glue: a display_data output of mime type application/papermill.record/...). Colab
+# has no myst_nb, so tfmini.notebook.glue records nothing there; this stand-in records exactly what
+# myst_nb.glue records (its code, myst_nb/ext/glue.py), so that nbval compares every glued value too.
+FAKE_MYST_NB = """\
+import sys as _sys, types as _types
+
+
+def _glue(name, variable, display=True):
+    import IPython
+    from IPython.display import display as _show
+    bundle, metadata = IPython.core.formatters.format_display_data(variable)
+    prefix = "" if display else "application/papermill.record/"
+    metadata["scrapbook"] = dict(name=name, mime_prefix=prefix)
+    _show({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
+
+
+_sys.modules["myst_nb"] = _types.ModuleType("myst_nb")
+_sys.modules["myst_nb"].glue = _glue
+del _sys, _types
 """
 CHECK = f"""\
 import sys, tfmini, torch
@@ -185,12 +214,43 @@ def run_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, floa
     return True, time.perf_counter() - start, ""
 
 
+def compare_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, float, str]:
+    """As ``run_notebook``, but executed by strict nbval, which compares every cell's outputs with the
+    committed ones (``--nbval``): one execution checks both the Colab conditions and the outputs."""
+    root = Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=tmp))
+    bin_dir = fresh_runtime(root)
+    (root / "content").mkdir()
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:  # the setup cell prints pip's messages on Colab, nothing where it was executed
+        if cell.cell_type == "code" and "google.colab" in cell.source:
+            cell.metadata.setdefault("tags", []).append("nbval-ignore-output")
+    nb.cells.append(nbformat.v4.new_code_cell(CHECK))
+    nbformat.write(nb, root / "content" / path.name)
+    # beside the folder, not in it: pytest reads a conftest.py above the notebook; the kernel never sees it
+    shutil.copyfile(ROOT / "chapters" / "conftest.py", root / "conftest.py")
+    startup = root / "ipython" / "profile_default" / "startup"
+    shutil.copytree(Path(env["IPYTHONDIR"]) / "profile_default" / "startup", startup)
+    (startup / "01-myst-nb-glue.py").write_text(FAKE_MYST_NB)
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "TFMINI_CACHE": str(root / "cache"),
+           "JUPYTER_PATH": str(root), "IPYTHONDIR": str(root / "ipython"), **NBVAL_ENV}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-kernel-name", KERNEL_NAME,
+                           "--nbval-sanitize-with", str(ROOT / ".ci" / "nbval_sanitize.cfg"),
+                           "--nbval-cell-timeout", str(CELL_TIMEOUT_S), "-q", "-p", "no:cacheprovider",
+                           f"content/{path.name}"], cwd=root, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    took = time.monotonic() - start
+    return done.returncode == 0, took, "" if done.returncode == 0 else "\n" + done.stdout[-6000:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: colab/*.ipynb, else chapters/*.ipynb")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1); > 1: one thread each")
     folder = ROOT / "colab" if (ROOT / "colab").is_dir() else ROOT / "chapters"
     parser.add_argument("--prepare", action="store_true", help="only create .venv-colab if needed, then exit")
+    parser.add_argument("--nbval", action="store_true",
+                        help="execute with strict nbval: also compare every output with the committed one")
     args = parser.parse_args(argv)
     if args.prepare:
         ensure_venv()
@@ -216,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = runtimes.recorded()
         order = sorted(notebooks, key=lambda p: (-seconds.get(p.name, 0), -p.stat().st_size)) if args.jobs > 1 else notebooks
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            runs = {pool.submit(run_notebook, path, env, Path(name)): path for path in order}
+            job = compare_notebook if args.nbval else run_notebook
+            runs = {pool.submit(job, path, env, Path(name)): path for path in order}
             for done in concurrent.futures.as_completed(runs):
                 path = runs[done]
                 ok, seconds, error = done.result()

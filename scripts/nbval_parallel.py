@@ -1,4 +1,8 @@
-"""Strict nbval over the chapters on every core at once: stage 3 of the test command (scripts/test.sh).
+"""Strict nbval over the chapters in this environment (.venv, the pinned torch), on every core at once.
+
+The test command (scripts/test.sh) compares the notebooks as on Colab instead (scripts/colab_run.py
+--nbval); this script checks them with the pinned torch and a shared checkpoint folder, e.g. after
+executing a chapter.
 
     python scripts/nbval_parallel.py                         # every chapter of _toc.yml, two at a time
     python scripts/nbval_parallel.py --workers 1 chapters/03_attention_in_general.ipynb

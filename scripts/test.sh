@@ -2,12 +2,11 @@
 # Run every check of the course; fails on the first failing stage.
 #   1. unit tests of tfmini and of the repository (pytest tests)
 #   2. the same unit tests with the oldest versions that pyproject.toml allows (scripts/test_minimums.sh, .venv-min/)
-#   3. strict nbval over every chapter: each notebook re-executed and compared with its committed outputs
-#      (scripts/nbval_parallel.py: two notebooks at a time, one thread per kernel)
-#   4. every notebook as on Colab (scripts/colab_run.py): alone in an empty folder, in a fresh environment
-#      with another torch than the pin, tfmini installed by the notebook's own setup cell
-#   5. the book build with warnings as errors
-#   6. the browser test: every page of the built site opened in headless Chromium (installed by
+#   3. every notebook as on Colab, checked by strict nbval (scripts/colab_run.py --nbval): alone in an empty
+#      folder, in a fresh environment with another torch than the pin, tfmini installed by the notebook's own
+#      setup cell, each output compared with the committed one; one execution per notebook
+#   4. the book build with warnings as errors
+#   5. the browser test: every page of the built site opened in headless Chromium (installed by
 #      scripts/chromium.sh when missing) and checked by scripts/browser_test.py
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -43,8 +42,8 @@ stage_done() {
     TFMINI_STAGE=""
 }
 
-# The environments of stages 2 and 4 download a few GB (torch builds other than the pin): that network
-# and disk work runs in the background, beside stages 1 to 3, and stages 2 and 4 wait for it.
+# The environments of stages 2 and 3 download a few GB (torch builds other than the pin): that network
+# and disk work runs in the background, beside stages 1 and 2, and stages 2 and 3 wait for it.
 TFMINI_LOGS="$(mktemp -d)"
 bash scripts/test_minimums.sh --install-only >"$TFMINI_LOGS/minimums.log" 2>&1 &
 TFMINI_MINIMUMS_PID=$!
@@ -59,39 +58,33 @@ wait_for() {
     return "$rc"
 }
 
-stage "1/6 unit tests: python -m pytest tests -q"
+stage "1/5 unit tests: python -m pytest tests -q"
 python -m pytest tests -q
 stage_done "unit tests"
 
-stage "2/6 minimum versions: bash scripts/test_minimums.sh (pytest tests with the oldest versions pyproject.toml allows)"
+stage "2/5 minimum versions: bash scripts/test_minimums.sh (pytest tests with the oldest versions pyproject.toml allows)"
 wait_for "$TFMINI_MINIMUMS_PID" "$TFMINI_LOGS/minimums.log"
 bash scripts/test_minimums.sh
 stage_done "minimum versions"
 
-stage "3/6 notebooks: python scripts/nbval_parallel.py (strict nbval over chapters/, two at a time)"
-# Kernels must draw figures inline as they did under scripts/execute.sh: no MPLBACKEND for them.
-# A fresh checkpoint folder: chapters may reuse models trained earlier in this run only.
-# Trained numbers depend on the CPU's floating-point paths (AVX-512 and AVX2 kernels round
-# differently), so a committed output that depends on them would pass on some machines and fail
-# on others. The kernels run on the AVX2 paths of PyTorch and MKL: on a machine with AVX-512,
-# where the outputs are usually written, every such output then fails here, every time.
-# Such cells are NBVAL_IGNORE_OUTPUT and assert what matters. nbval_parallel.py sets all of this.
-python scripts/nbval_parallel.py
+stage "3/5 notebooks: python scripts/colab_run.py --nbval --jobs 2 (each alone, as Colab runs it, outputs compared)"
+# Strict nbval, as on Colab. The kernels draw figures inline (no MPLBACKEND) and run on the AVX2 paths of
+# PyTorch and MKL: trained numbers depend on the CPU's floating-point paths (AVX-512 and AVX2 kernels
+# round differently), so an output that depends on them would pass on some machines and fail on others;
+# on the AVX2 paths such an output fails everywhere, every time. Such cells are NBVAL_IGNORE_OUTPUT and
+# assert what matters. Each notebook gets an empty checkpoint folder, as a Colab reader has.
+wait_for "$TFMINI_COLAB_PID" "$TFMINI_LOGS/colab.log"
+python scripts/colab_run.py --nbval --jobs 2
 stage_done "notebooks"
 
-stage "4/6 Colab: python scripts/colab_run.py --jobs 2 (every notebook alone, as Colab runs it; two at a time)"
-wait_for "$TFMINI_COLAB_PID" "$TFMINI_LOGS/colab.log"
-python scripts/colab_run.py --jobs 2
-stage_done "Colab"
-
-stage "5/6 book: bash scripts/book.sh --all (warnings are errors)"
+stage "4/5 book: bash scripts/book.sh --all (warnings are errors)"
 # From an empty _build/html: Sphinx keeps some pages of an earlier build (the source pages of
-# tfmini's modules) when their inputs did not change, and stage 6 must see only this build's pages.
+# tfmini's modules) when their inputs did not change, and stage 5 must see only this build's pages.
 rm -rf _build/html
 bash scripts/book.sh --all
 stage_done "book"
 
-stage "6/6 browser: python scripts/browser_test.py (every page of _build/html in headless Chromium)"
+stage "5/5 browser: python scripts/browser_test.py (every page of _build/html in headless Chromium)"
 bash scripts/chromium.sh
 python scripts/browser_test.py
 stage_done "browser"

@@ -244,7 +244,9 @@ def test_fit_or_load_round_trip_between_cpu_and_gpu(copy_setup, tmp_path, monkey
                             dropout=0.0, max_len=32)
 
     def run(device):
+        # both places that ask for the default device: fit (training) and fit_or_load (loading)
         monkeypatch.setattr(tfmini.train, "default_device", lambda: torch.device(device))
+        monkeypatch.setattr(tfmini.checkpoint, "default_device", lambda: torch.device(device))
         tfmini.set_seed(0)
         model = Transformer(cfg)
         history = fit_or_load(model, Batches(data, 32, seed=0), name="round-trip", cache_dir=tmp_path, steps=10,

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import tfmini.train
 from tfmini import distributed
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_ddp.py"
@@ -23,9 +24,11 @@ def _load_example():
 
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
-def test_two_processes_equal_one_process_on_the_same_global_batch(tmp_path):
+def test_two_processes_equal_one_process_on_the_same_global_batch(tmp_path, monkeypatch):
     out = tmp_path / "ddp.pt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # on the CPU (gloo) on every machine: one with a single GPU has no second GPU for rank 1
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    monkeypatch.setattr(tfmini.train, "default_device", lambda: torch.device("cpu"))
     env.pop("WORLD_SIZE", None)
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           str(EXAMPLE), *ARGS, "--out", str(out)],
@@ -76,3 +79,16 @@ def test_shard_bad_input():
         distributed.shard(torch.zeros(3, 1), 0, 4)
     with pytest.raises(ValueError, match=r"backend: expected None, 'gloo' or 'nccl', got 'mpi'"):
         distributed.init_from_env("mpi")
+
+
+def test_local_device_refuses_a_rank_without_its_gpu(monkeypatch):
+    """torchrun with more processes per machine than GPUs: a clear error instead of CUDA's
+    "invalid device ordinal" deep inside the first transfer."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert distributed.local_device() == torch.device("cuda", 0)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"LOCAL_RANK: expected less than the 1 GPU\(s\) of this machine, got 1"):
+        distributed.local_device()
+

@@ -230,7 +230,8 @@ def test_fit_honours_the_time_limit():
 def first_step_change(cfg, data, **kw):
     model = new_model(cfg)
     before = [p.detach().clone() for p in model.parameters()]
-    hist = fit(model, Batches(data, 8, shuffle=False), steps=1, lr=1e-2, log_every=1, progress=False, **kw)
+    hist = fit(model, Batches(data, 8, shuffle=False), steps=1, lr=1e-2, log_every=1, progress=False, device="cpu",
+               **kw)  # on the CPU, where `before` is, also on a machine with a GPU
     change = sum((p.detach() - b).abs().sum().item() for p, b in zip(model.parameters(), before))
     return change, hist.loss[0]
 
@@ -381,6 +382,24 @@ def test_fit_or_load_trains_once_then_loads_the_same_model(tmp_path):
         fit_or_load(c, Batches(data, 8), name="x", cache_dir=tmp_path, steps=1, eval_fn=lambda m: {})
 
 
+def test_fit_or_load_keys_a_models_settings_not_only_its_weights(tmp_path):
+    """Two models with the same modules and weights that compute differently (Seq2SeqRNN with and
+    without reverse_source) must not share a checkpoint: the second trains instead of loading the first."""
+    from tfmini import Seq2SeqRNN, fit_or_load
+    pairs = [([str(i % 7), str(i % 5)], [str(i % 5), str(i % 7)]) for i in range(32)]
+    src_vocab, tgt_vocab = Vocab.build(s for s, _ in pairs), Vocab.build(t for _, t in pairs)
+    data = encode_pairs(pairs, src_vocab, tgt_vocab)
+    models = []
+    for reverse in (False, True):
+        torch.manual_seed(0)
+        models.append(Seq2SeqRNN(len(src_vocab), len(tgt_vocab), d_emb=8, d_hidden=8, reverse_source=reverse))
+    assert all(torch.equal(p, q) for p, q in zip(models[0].state_dict().values(), models[1].state_dict().values()))
+    kwargs = dict(steps=2, lr=1e-2, progress=False)
+    plain = fit_or_load(models[0], Batches(data, 8, seed=0), name="rnn", cache_dir=tmp_path, **kwargs)
+    reversed_ = fit_or_load(models[1], Batches(data, 8, seed=0), name="rnn", cache_dir=tmp_path, **kwargs)
+    assert not plain.loaded and not reversed_.loaded and len(list(tmp_path.glob("rnn-*.pt"))) == 2
+
+
 def test_fit_or_load_refuses_data_it_cannot_key(tmp_path):
     """A DataLoader has no examples to key the checkpoint by: two different loaders would share one
     checkpoint, so fit_or_load refuses them instead of returning a model trained on other data."""
@@ -473,7 +492,7 @@ def test_fit_decays_matrices_only_and_equals_plain_adamw_without_decay():
     data = lambda: Batches(pairs, 8, seed=0)  # noqa: E731  (a fresh one per run: each pass reshuffles)
     # weight decay 0: the two groups train exactly like one AdamW over model.parameters()
     a, b = new_model(cfg), new_model(cfg)
-    fit(a, data(), steps=6, lr=1e-2, clip_norm=None, progress=False)
+    fit(a, data(), steps=6, lr=1e-2, clip_norm=None, progress=False, device="cpu")  # where b trains, bit for bit
     set_seed(0)
     opt = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.0)
     b.train()

@@ -15,10 +15,17 @@ __all__ = ["fit_or_load"]
 
 
 def _fingerprint(model: nn.Module, batches, fit_kwargs: dict) -> str:
-    """A key that changes with the architecture, the initial weights, the data, the training
-    arguments and the source code of tfmini itself, so that a stale checkpoint never matches."""
+    """A key that changes with the architecture and the settings of its modules, the initial weights,
+    the data, the training arguments and the source code of tfmini itself, so that a stale checkpoint
+    never matches."""
     h = hashlib.sha256()
     h.update(str(model).encode())
+    # settings that change what a module computes without changing its submodules or weights, and that
+    # its repr may not show (Seq2SeqRNN's reverse_source): every plain attribute but the train/eval mode
+    for path, module in model.named_modules():
+        settings = sorted((k, v) for k, v in vars(module).items()
+                          if not k.startswith("_") and k != "training" and isinstance(v, (bool, int, float, str)))
+        h.update(repr((path, settings)).encode())
     for name, tensor in model.state_dict().items():
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())

@@ -61,9 +61,16 @@ def local_device() -> torch.device:
 
     Returns:
         a ``torch.device``.
+
+    Raises:
+        ValueError: ``LOCAL_RANK`` names a GPU this machine does not have.
     """
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        local_rank, gpus = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise ValueError(f"LOCAL_RANK: expected less than the {gpus} GPU(s) of this machine, got {local_rank} "
+                             "(start at most one process per GPU, e.g. torchrun --nproc_per_node=N)")
+        return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
 
