@@ -21,7 +21,7 @@ What a reader who opens a chapter in Colab has, and what this script recreates l
   create``), so pip builds tfmini from what is checked out here and nothing leaves the machine;
 - only the notebook file: each one runs alone in an empty temporary folder, with an empty checkpoint
   folder (TFMINI_CACHE), top to bottom, at most 3,600 s per cell (a guard against a hang, not a speed
-  test: chapter 9's comparison cell takes about 1,500 s on one core), errors fatal except in cells
+  test: chapter 9's comparison cell takes about 1,200 s on one core), errors fatal except in cells
   tagged ``raises-exception``. A last added cell checks that tfmini came from pip's install into that
   notebook's venv and torch is ``TORCH``. Outputs are thrown away; nothing in the repository is written.
 - with ``--nbval``, strict nbval executes the notebook instead (one execution, not two) and compares every
@@ -74,7 +74,7 @@ TORCH = os.environ.get("TFMINI_COLAB_TORCH", "2.14.1")
 # tfmini with it run that comparison there too.
 PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip", "transformers"]
 # A guard against a cell that hangs, not a limit on a result: chapter 9's comparison cell trains five
-# models (about 7 minutes on two threads of this project's machines, longer on one).
+# models (about 20 minutes on one thread of this project's machines).
 CELL_TIMEOUT_S = 3600
 KERNEL_NAME = "colab"
 # As for scripts/nbval_parallel.py: the committed outputs are compared on the AVX2 paths of PyTorch and MKL.
@@ -190,20 +190,25 @@ def fresh_runtime(root: Path) -> Path:
     return bin_dir
 
 
-def run_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, float, str]:
-    """Execute a copy of `path` alone in an empty folder, in a fresh runtime with an empty TFMINI_CACHE
-    (a Colab reader has no checkpoints yet); returns (ok, seconds, error)."""
+def new_runtime(path: Path, env: dict[str, str], tmp: Path) -> tuple[Path, nbformat.NotebookNode, dict[str, str]]:
+    """A fresh runtime for `path` (an empty folder with an empty TFMINI_CACHE: a Colab reader has no
+    checkpoints yet) and the notebook with the CHECK cell added; returns (root, notebook, kernel env)."""
     root = Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=tmp))
     bin_dir = fresh_runtime(root)
     (root / "content").mkdir()  # Colab's working directory, with nothing but the notebook
-    shutil.copyfile(path, root / "content" / path.name)
-    nb = nbformat.read(root / "content" / path.name, as_version=4)
+    nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(CHECK))
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "TFMINI_CACHE": str(root / "cache")}
+    return root, nb, env
+
+
+def run_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, float, str]:
+    """Execute a copy of `path` alone in a new runtime (``new_runtime``); returns (ok, seconds, error)."""
+    root, nb, env = new_runtime(path, env, tmp)
     client = ColabClient(nb, timeout=CELL_TIMEOUT_S, allow_errors=False, record_timing=False, kernel_name=KERNEL_NAME,
                          kernel_dir=str(root / "kernels"), resources={"metadata": {"path": str(root / "content")}})
     current = [0]
     client.on_cell_execute = lambda cell, cell_index: current.__setitem__(0, cell_index)
-    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "TFMINI_CACHE": str(root / "cache")}
     start = time.perf_counter()
     try:
         client.execute(env=env)
@@ -217,22 +222,17 @@ def run_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, floa
 def compare_notebook(path: Path, env: dict[str, str], tmp: Path) -> tuple[bool, float, str]:
     """As ``run_notebook``, but executed by strict nbval, which compares every cell's outputs with the
     committed ones (``--nbval``): one execution checks both the Colab conditions and the outputs."""
-    root = Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=tmp))
-    bin_dir = fresh_runtime(root)
-    (root / "content").mkdir()
-    nb = nbformat.read(path, as_version=4)
+    root, nb, env = new_runtime(path, env, tmp)
     for cell in nb.cells:  # the setup cell prints pip's messages on Colab, nothing where it was executed
         if cell.cell_type == "code" and "google.colab" in cell.source:
             cell.metadata.setdefault("tags", []).append("nbval-ignore-output")
-    nb.cells.append(nbformat.v4.new_code_cell(CHECK))
     nbformat.write(nb, root / "content" / path.name)
     # beside the folder, not in it: pytest reads a conftest.py above the notebook; the kernel never sees it
     shutil.copyfile(ROOT / "chapters" / "conftest.py", root / "conftest.py")
     startup = root / "ipython" / "profile_default" / "startup"
     shutil.copytree(Path(env["IPYTHONDIR"]) / "profile_default" / "startup", startup)
     (startup / "01-myst-nb-glue.py").write_text(FAKE_MYST_NB)
-    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "TFMINI_CACHE": str(root / "cache"),
-           "JUPYTER_PATH": str(root), "IPYTHONDIR": str(root / "ipython"), **NBVAL_ENV}
+    env = {**env, "JUPYTER_PATH": str(root), "IPYTHONDIR": str(root / "ipython"), **NBVAL_ENV}
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-kernel-name", KERNEL_NAME,
                            "--nbval-sanitize-with", str(ROOT / ".ci" / "nbval_sanitize.cfg"),
