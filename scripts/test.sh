@@ -45,6 +45,9 @@ stage_done() {
 # The environments of stages 2 and 3 download a few GB (torch builds other than the pin): that network
 # and disk work runs in the background, beside stages 1 and 2, and stages 2 and 3 wait for it.
 TFMINI_LOGS="$(mktemp -d)"
+# Chromium for stage 5 (apt-get, only when it is missing) installs beside them.
+bash scripts/chromium.sh >"$TFMINI_LOGS/chromium.log" 2>&1 &
+TFMINI_CHROMIUM_PID=$!
 bash scripts/test_minimums.sh --install-only >"$TFMINI_LOGS/minimums.log" 2>&1 &
 TFMINI_MINIMUMS_PID=$!
 python scripts/colab_run.py --prepare >"$TFMINI_LOGS/colab.log" 2>&1 &
@@ -85,7 +88,7 @@ bash scripts/book.sh --all
 stage_done "book"
 
 stage "5/5 browser: python scripts/browser_test.py (every page of _build/html in headless Chromium)"
-bash scripts/chromium.sh
+wait_for "$TFMINI_CHROMIUM_PID" "$TFMINI_LOGS/chromium.log"
 python scripts/browser_test.py
 stage_done "browser"
 

@@ -3,10 +3,13 @@ checks that follow).
 
 It trains a fixed 700 steps. Besides the validation loss, the checks cover its loss by position
 (against the bigram model, and a curve within 0.3 bits between positions 10-20 and 41-64), the
-indented lines of the chapter's two samples and their share of spaces at temperatures 0.7 and 1.0
-(sampling seeds 0, 1, 2). Exercise 1: 300 steps of fit's default schedule, on the same batches, for
-a decoder-only model and for encoder-only models with sinusoidal and learned positions, the learned
-table also at the sinusoids' scale (std 1/sqrt(2) instead of 0.02) (next-token loss, no mask).
+indented lines of the chapter's two samples, and for sampling seeds 0, 1, 2 the model's surprisal of
+its draws (bits per character): its mean over the three draws at least 0.3 bits lower at temperature
+0.7 than at 1.0. Reported, not bars (the chapter does not assert them): the smallest of the three
+per-draw gaps, and the share of spaces at 0.7 less that at 1.0 (the smallest of the three).
+Exercise 1: 300 steps of fit's default schedule, on the same batches, for a decoder-only model and
+for encoder-only models with sinusoidal and learned positions, the learned table also at the
+sinusoids' scale (std 1/sqrt(2) instead of 0.02) (next-token loss, no mask).
 """
 import math
 
@@ -17,7 +20,7 @@ import tfmini
 
 BARS = {"lm_val_nats": ("<=", 2.0), "lm_pos1_minus_rest_nats": (">=", 0.5), "lm_pos1_minus_bigram_bits": (">=", 0.0),
         "lm_late_minus_mid_bits": (">=", -0.3), "lm_late_minus_mid_bits_upper": ("<=", 0.3), "lm_samples_indented": (">=", 1),
-        "lm_space_share_07_minus_10": (">=", 0.0),
+        "lm_bits_10_minus_07": (">=", 0.3),
         "ex1_sin_over_dec": ("<=", 0.5), "ex1_learned_over_sin": (">=", 2.0), "ex1_scaled_over_dec": ("<=", 0.5),
         "ex1_learned_minus_dec_nats": (">=", -0.05), "ex1_learned_minus_dec_nats_upper": ("<=", 0.3),
         "ex1_sin_last_minus_dec_last_nats": (">=", 0.5), "ex1_sin_inner_over_dec_last": ("<=", 0.5)}
@@ -47,17 +50,23 @@ def run(seed: int) -> dict:
     mid, late = bits(by_position[9:20].mean()), bits(by_position[40:].mean())
 
     def sample_text(temperature, sampling_seed=seed):             # the chapter's chunked sampling, prompt "    def "
-        g = torch.Generator().manual_seed(sampling_seed)
+        g = torch.Generator().manual_seed(sampling_seed)              # returns the text and the draws' surprisal (bits)
         ids = torch.tensor([vocab.encode(list("    def "))], device=device)
+        log_p = []
         while ids.shape[1] < 8 + 320:
             context = ids[:, -56:]
             new = tfmini.sample(gpt, context, max_new_tokens=64 - context.shape[1], temperature=temperature, generator=g)
+            with torch.no_grad():
+                logits = gpt(torch.cat([context, new], dim=1)[:, :-1])[:, context.shape[1] - 1:]
+            log_p.append(torch.log_softmax(logits, dim=-1).gather(-1, new[..., None])[0, :, 0])
             ids = torch.cat([ids, new], dim=1)
-        return "".join(vocab.decode(ids[0, :8 + 320].tolist()))
+        return "".join(vocab.decode(ids[0, :8 + 320].tolist())), bits(-torch.cat(log_p)[:320].mean())
 
-    indented = [sum(line.startswith("    ") and bool(line.strip()) for line in sample_text(tau).split("\n")[1:])
+    indented = [sum(line.startswith("    ") and bool(line.strip()) for line in sample_text(tau)[0].split("\n")[1:])
                 for tau in (0.7, 1.0)]
-    spaces = [sample_text(0.7, s)[8:].count(" ") - sample_text(1.0, s)[8:].count(" ") for s in (0, 1, 2)]
+    draws = {tau: [sample_text(tau, s) for s in (0, 1, 2)] for tau in (0.7, 1.0)}
+    spaces = [a[8:].count(" ") - b[8:].count(" ") for (a, _), (b, _) in zip(draws[0.7], draws[1.0])]
+    surprisal = [b - a for (_, a), (_, b) in zip(draws[0.7], draws[1.0])]
 
     def last20(model, pos_std=None, **kw):                         # exercise 1: mean loss of the last 20 steps
         tfmini.set_seed(seed)
@@ -77,7 +86,8 @@ def run(seed: int) -> dict:
     sin, sin_pos = last20(tfmini.EncoderOnlyLM, num_encoder_layers=2, positional="sinusoidal")
     learned, _ = last20(tfmini.EncoderOnlyLM, num_encoder_layers=2, positional="learned")
     scaled, _ = last20(tfmini.EncoderOnlyLM, pos_std=2 ** -0.5, num_encoder_layers=2, positional="learned")
-    return {"lm_space_share_07_minus_10": min(spaces) / 320,
+    return {"lm_bits_10_minus_07": sum(surprisal) / 3, "lm_bits_10_minus_07_min": min(surprisal),
+            "lm_space_share_07_minus_10": min(spaces) / 320,
             "ex1_sin_over_dec": sin / dec, "ex1_learned_over_sin": learned / sin, "ex1_scaled_over_dec": scaled / dec,
             "ex1_learned_minus_dec_nats": learned - dec, "ex1_learned_minus_dec_nats_upper": learned - dec,
             "ex1_sin_last_minus_dec_last_nats": (sin_pos[-1] - dec_pos[-1]).item(),
