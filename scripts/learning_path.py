@@ -41,7 +41,7 @@ PARTS = [
 BUILDS_ON = [
     (0, 1),
     (1, 2), (2, 3), (3, 4),
-    (4, 5), (4, 6), (5, 7), (6, 7), (7, 8), (8, 9), (9, 10),
+    (4, 5), (4, 6), (5, 6), (5, 7), (6, 7), (7, 8), (8, 9), (9, 10),
     (7, 11), (10, 12), (8, 12), (12, 13), (12, 14), (6, 15), (15, 16), (14, 16),
 ]
 
@@ -50,7 +50,7 @@ ROW = 1.3         # vertical distance between chapters of a part
 CAPTION_LINE = 0.34  # height of one line of a part's caption
 PAD = 0.18        # margin of a part's background around its boxes
 GAP = 1.0         # horizontal space between columns, where the arrows from one part to the next run
-# Sideways offsets: chapter 6 does not build on 5, so it steps aside and 5 -> 7 runs past it; likewise
+# Sideways offsets: chapter 6 steps aside, so that 5 -> 7 runs past it (5 -> 6 is a short arrow); likewise
 # chapter 13 steps aside for 12 -> 14, and chapter 15 for 14 -> 16.
 STEP = 1.1
 ASIDE = {5: STEP, 6: -STEP, 7: STEP, 8: STEP, 9: STEP, 10: STEP, 11: STEP, 12: STEP, 13: -STEP, 14: STEP, 15: -STEP,
