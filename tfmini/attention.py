@@ -56,7 +56,7 @@ def _check_width(x: torch.Tensor, name: str, width: int) -> None:
 
 
 class DotScore(nn.Module):
-    r"""Dot-product score :math:`a(\mathbf q, \mathbf k) = \mathbf q^\top \mathbf k` (optionally divided by :math:`\sqrt{d}`).
+    r"""Dot-product score :math:`a(\mathbf q, \mathbf k) = \mathbf q \mathbf k^\top` (optionally divided by :math:`\sqrt{d}`).
 
     No parameters; query and key must have the same width.
 
@@ -82,7 +82,7 @@ class DotScore(nn.Module):
 
 
 class BilinearScore(nn.Module):
-    r"""Bilinear ("general") score :math:`a(\mathbf q, \mathbf k) = \mathbf q^\top W \mathbf k` (Luong et al., 2015).
+    r"""Bilinear ("general") score :math:`a(\mathbf q, \mathbf k) = \mathbf q W \mathbf k^\top` (Luong et al., 2015), row vectors.
 
     ``d_query * d_key`` parameters; query and key widths may differ.
 
@@ -105,7 +105,9 @@ class BilinearScore(nn.Module):
 
 
 class AdditiveScore(nn.Module):
-    r"""Additive (MLP) score :math:`a(\mathbf q, \mathbf k) = \mathbf v^\top \tanh(W_q \mathbf q + W_k \mathbf k + \mathbf b)` (Bahdanau et al., 2015).
+    r"""Additive (MLP) score :math:`a(\mathbf q, \mathbf k) = \tanh(\mathbf q W_q + \mathbf k W_k + \mathbf b)\,\mathbf w^\top` (Bahdanau et al., 2015).
+
+    Row vectors, as in the book; the module's ``v`` holds :math:`\mathbf w`.
 
     ``(d_query + d_key + 2) * d_hidden`` parameters.
 
@@ -139,18 +141,18 @@ class AdditiveScore(nn.Module):
 
 
 class BahdanauAttention(nn.Module):
-    r"""One step of Bahdanau attention, eqs. (6)-(8) of the lecture notes.
+    r"""One step of Bahdanau attention, eqs. (6)-(8) of the lecture notes, in the book's notation.
 
     .. math::
-        e_{lt} = a(\mathbf h^d_{l-1}, \mathbf f_t), \quad
-        \alpha_l = \mathrm{softmax}(\mathbf e_l), \quad
-        \mathbf v_l = \sum_t \alpha_{lt} \mathbf f_t
+        e_{ij} = a(\mathbf h^d_{i-1}, \mathbf f_j), \quad
+        \alpha_i = \mathrm{softmax}(\mathbf e_i), \quad
+        \mathbf c_i = \sum_j \alpha_{ij} \mathbf f_j
 
     with the additive score :class:`AdditiveScore`.
 
     Args:
         d_query: width of the decoder state used as query.
-        d_key: width of the encoder features ``f_t`` (keys and values).
+        d_key: width of the encoder features ``f_j`` (keys and values).
         d_hidden: width of the score MLP.
 
     ``forward(query, features, mask=None, projected_keys=None)`` returns ``(context, weights)``;
@@ -253,7 +255,7 @@ class MultiHeadAttention(nn.Module):
     r"""Multi-head attention (Vaswani et al., 2017), batch-first, with optional grouped-query attention.
 
     .. math::
-        \mathrm{head}_i = \mathrm{Attention}(Q W^Q_i, K W^K_i, V W^V_i), \quad
+        \mathrm{head}_h = \mathrm{Attention}(Q W^Q_h, K W^K_h, V W^V_h), \quad
         \mathrm{MHA}(Q, K, V) = [\mathrm{head}_1; \dots; \mathrm{head}_H] W^O
 
     All heads are computed at once: project to ``H * Dh``, split into ``H`` heads of width ``Dh``

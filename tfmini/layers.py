@@ -39,7 +39,7 @@ FFN_ACTIVATIONS = (*_ACTIVATIONS, "swiglu")
 class RMSNorm(nn.Module):
     r"""Root-mean-square normalisation (Zhang and Sennrich, 2019), the norm of Llama.
 
-    .. math:: \mathrm{RMSNorm}(\mathbf x) = \frac{\mathbf x}{\sqrt{\tfrac1d \sum_j x_j^2 + \epsilon}} \odot \mathbf g
+    .. math:: \mathrm{RMSNorm}(\mathbf x) = \frac{\mathbf x}{\sqrt{\tfrac1d \sum_j x_j^2 + \epsilon}} \odot \boldsymbol\gamma
 
     LayerNorm without the centring and without the bias: one gain vector ``weight`` (initialised to
     ones). Computed in float32 and cast back, as Hugging Face's Llama does, so half-precision inputs
@@ -91,7 +91,7 @@ def make_norm(norm: str, d_model: int, eps: float = 1e-5) -> nn.Module:
 
 
 class FeedForward(nn.Module):
-    r"""Position-wise feed-forward network :math:`\mathrm{FFN}(x) = W_2\,\mathrm{act}(W_1 x + b_1) + b_2`.
+    r"""Position-wise feed-forward network :math:`\mathrm{FFN}(\mathbf x) = \mathrm{act}(\mathbf x W_1 + \mathbf b_1)\,W_2 + \mathbf b_2`.
 
     Applied to every position independently; the paper uses ``d_ff = 4 * d_model`` and ReLU.
 
@@ -122,7 +122,7 @@ class FeedForward(nn.Module):
 class SwiGLU(nn.Module):
     r"""Gated feed-forward network with a SiLU gate (Shazeer, 2020), the FFN of Llama.
 
-    .. math:: \mathrm{SwiGLU}(x) = W_2\,\big(\mathrm{silu}(W_g x) \odot W_1 x\big)
+    .. math:: \mathrm{SwiGLU}(\mathbf x) = \big(\mathrm{silu}(\mathbf x W_\text{gate}) \odot \mathbf x W_1\big)\,W_2
 
     Three matrices instead of two: with ``d_ff = 2/3 * 4 * d_model`` it has the parameters of the
     ``4 * d_model`` ReLU network. Hugging Face's Llama calls the maps ``gate_proj`` (``linear_gate``),

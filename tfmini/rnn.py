@@ -178,10 +178,10 @@ class Seq2SeqRNN(_RNNSeq2SeqBase):
 class AttentionSeq2SeqRNN(_RNNSeq2SeqBase):
     r"""LSTM encoder-decoder with Bahdanau attention, eqs. (4)-(8) of the lecture notes.
 
-    Features :math:`\mathbf f_j = W_f \mathbf h^e_j`; at step :math:`i` the previous decoder state
+    Features :math:`\mathbf f_j = \mathbf h^e_j W_f`; at step :math:`i` the previous decoder state
     :math:`\mathbf h^d_{i-1}` scores every feature, the softmax gives :math:`\alpha_i` and the
     context :math:`\mathbf c_i = \sum_j \alpha_{ij} \mathbf f_j` enters the LSTM with the previous
-    token :math:`y_{i-1}`. The output layer reads ``[h_i; c_i]``. The context depends on the previous
+    token :math:`y_{i-1}`. The output layer reads ``[h^d_i; c_i]``. The context depends on the previous
     decoder state, so even with teacher forcing the decoder runs one step at a time.
 
     Args:
