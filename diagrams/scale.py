@@ -193,7 +193,8 @@ def bpe_merges() -> Canvas:
 
 
 def representations_checkpoints() -> Canvas:
-    """Chapter 13: (a) the questions asked of the vector of "it"; (b) how GPT-2's weights map onto tfmini's
+    """Chapter 13: (a) the probe reads the vector of "it", the agreement test the prediction at the hidden noun;
+    (b) how GPT-2's weights map onto tfmini's
     DecoderOnlyLM: the names, the split of the packed projection, and the transposes."""
     c = Canvas(7.6, 5.6)
     c.title("(a) What does the vector of “it” carry?   (b) GPT-2's weights in tfmini")
@@ -212,7 +213,8 @@ def representations_checkpoints() -> Canvas:
     probe = c.box(6.75, y - 0.38, 1.25, 0.3, "linear probe:\nanimal or place?", kind="plain", size=7)
     agree = c.box(6.75, y - 1.06, 1.25, 0.3, "hide the noun:\nagrees with “it”?", kind="plain", size=7)
     c.arrow(vec.right, probe.left, width=1.0)
-    c.arrow(vec.right, agree.left, width=1.0)
+    # (c) reads the prediction at the hidden noun, not the vector of "it": its arrow leaves the encoder
+    c.arrow((enc.right[0], enc.right[1] - 0.16), agree.left, width=1.0)
 
     # (b) The names of one GPT-2 block and of the same weights in tfmini.
     rows = [
