@@ -10,7 +10,8 @@ import torch
 
 import tfmini
 
-BARS = {"test_exact": (">=", 0.99), "example_right": (">=", 1.0), "best_head_weight": (">=", 0.5),
+BARS = {"val_exact": (">=", 1.0), "test_exact": (">=", 0.99), "example_right": (">=", 1.0),
+        "best_head_weight": (">=", 0.5),
         "copy_val_exact": (">=", 1.0), "copy_test_exact": (">=", 0.98), "copy_diagonal": (">=", 0.5),
         "sort_val_exact": (">=", 0.99), "sort_test_exact": (">=", 0.98), "sort_content": (">=", 0.5)}
 EXAMPLE = "3 1 4 1 5 9 2 6".split()
