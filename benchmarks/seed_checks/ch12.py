@@ -49,22 +49,22 @@ def run(seed: int) -> dict:
     bits = lambda nats: float(nats) / math.log(2)
     mid, late = bits(by_position[9:20].mean()), bits(by_position[40:].mean())
 
-    def sample_text(temperature, sampling_seed=seed):             # the chapter's chunked sampling, prompt "    def "
+    def sample_text(temperature, sampling_seed):             # the chapter's chunked sampling, prompt "    def "
         g = torch.Generator().manual_seed(sampling_seed)              # returns the text and the draws' surprisal (bits)
         ids = torch.tensor([vocab.encode(list("    def "))], device=device)
-        log_p = []
+        nats = []
         while ids.shape[1] < 8 + 320:
             context = ids[:, -56:]
             new = tfmini.sample(gpt, context, max_new_tokens=64 - context.shape[1], temperature=temperature, generator=g)
-            with torch.no_grad():
-                logits = gpt(torch.cat([context, new], dim=1)[:, :-1])[:, context.shape[1] - 1:]
-            log_p.append(torch.log_softmax(logits, dim=-1).gather(-1, new[..., None])[0, :, 0])
+            with torch.no_grad():                                      # the logits each draw came from
+                logits = gpt(torch.cat([context, new], dim=1)[:, :-1])[0, context.shape[1] - 1:]
+            nats.append(F.cross_entropy(logits, new[0], reduction="none"))
             ids = torch.cat([ids, new], dim=1)
-        return "".join(vocab.decode(ids[0, :8 + 320].tolist())), bits(-torch.cat(log_p)[:320].mean())
+        return "".join(vocab.decode(ids[0, :8 + 320].tolist())), bits(torch.cat(nats)[:320].mean())
 
-    indented = [sum(line.startswith("    ") and bool(line.strip()) for line in sample_text(tau)[0].split("\n")[1:])
-                for tau in (0.7, 1.0)]
     draws = {tau: [sample_text(tau, s) for s in (0, 1, 2)] for tau in (0.7, 1.0)}
+    indented = [sum(line.startswith("    ") and bool(line.strip()) for line in runs[0][0].split("\n")[1:])
+                for runs in draws.values()]                           # the chapter's samples: sampling seed 0
     spaces = [a[8:].count(" ") - b[8:].count(" ") for (a, _), (b, _) in zip(draws[0.7], draws[1.0])]
     surprisal = [b - a for (_, a), (_, b) in zip(draws[0.7], draws[1.0])]
 
