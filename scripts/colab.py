@@ -7,7 +7,7 @@ Colab does not render MyST, so the site's Colab buttons (scripts/sphinx_colab_li
 copies; scripts/execute.sh rewrites them after executing. Code cells and outputs are copied as they
 are, a note linking to the chapter's page comes first, and in markdown cells glued values
 (``{glue:text}``), citations, ``py`` roles, ``{doc}`` and ``{term}`` become text or links to the site
-(``html.baseurl`` of _config.yml); admonitions become blockquotes, figures images with their captions
+(``html.baseurl`` of _config.yml); admonitions become blockquotes, dropdowns HTML ``<details>``, figures images with their captions
 numbered as on the site ("Figure 5.2", scripts/sphinx_figure_numbers.py) and ``{numref}`` that text; ``(label)=``
 targets, ``%`` comments and equation labels go; relative links point to the site or to GitHub. Anything
 it cannot resolve is an error, and so is MyST left in the result. tests/test_colab.py runs the check.
@@ -179,6 +179,9 @@ class Page:
             markdown = f"![{options.get('alt', '')}]({self.url(arg, image=True)})"
             number = f"Figure {self.figures[options['name']]}. " if options.get("name") in self.figures else ""
             markdown += f"\n\n*{number}{self.convert(text)}*" if text else ""
+        elif name in ("dropdown", "toggle"):  # a folded block: HTML's own, which Colab renders
+            summary = INLINE.sub(self.inline, arg) if arg else "Show"
+            markdown = f"<details>\n<summary>{summary}</summary>\n\n{self.convert(text)}\n\n</details>"
         elif name in ADMONITIONS:
             if name != "admonition":  # the argument of a note or a warning is the start of its text
                 arg, text = "See also" if name == "seealso" else name.capitalize(), f"{arg}\n{text}".strip("\n")

@@ -80,6 +80,9 @@ def test_code_cells_are_the_chapters(chapter):
      f"> **Notation in the lectures**\n>\n> The $W_i$ of\n> [Graves (2012)]({SITE}appendix/bibliography.html"
      "#cite-graves2012sequence)."),
     (":::{warning}\nCareful.\n:::", "> **Warning**\n>\n> Careful."),
+    ("::::{dropdown} Deeper: the {term}`KV cache`\nFolded text.\n:::{note}\nInside.\n:::\n::::",
+     f"<details>\n<summary>Deeper: the [KV cache]({SITE}appendix/glossary.html#term-KV-cache)</summary>\n\n"
+     "Folded text.\n> **Note**\n>\n> Inside.\n\n</details>"),
     ("```{figure} ../images/learning_path.svg\n:alt: The path\n\nThe chapters.\n```",
      f"![The path]({colab.book().raw}images/learning_path.svg)\n\n*The chapters.*"),
     ("```{figure} ../images/diagrams/masks.svg\n:name: fig-masks\n:alt: Grids\n\nThe masks.\n```\n"

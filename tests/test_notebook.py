@@ -100,3 +100,28 @@ def test_show_table_prints_the_markdown_without_ipython(monkeypatch, capsys):
     monkeypatch.delitem(sys.modules, "IPython.display", raising=False)
     show_table([["a", "1"]], ["x", "n"])
     assert capsys.readouterr().out == markdown_table([["a", "1"]], ["x", "n"]) + "\n"
+
+
+def test_threads_restores_the_number_of_threads():
+    import torch
+    from tfmini.notebook import threads
+
+    before = torch.get_num_threads()
+    with threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    try:
+        with threads(1):
+            raise RuntimeError("inside")
+    except RuntimeError:
+        pass
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "1"])
+def test_threads_rejects_what_is_not_a_positive_integer(bad):
+    from tfmini.notebook import threads
+
+    with pytest.raises(ValueError, match="n: expected a positive number of threads"):
+        with threads(bad):
+            pass

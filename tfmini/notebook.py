@@ -2,6 +2,7 @@
 
 :func:`glue` stores a value computed by the code so that the book's prose can quote it
 (myst-nb's ``glue``); where myst-nb is not installed, as on Colab, it just shows the value.
+:func:`threads` runs a block on a given number of CPU threads and restores the number afterwards.
 :func:`show_table` shows rows of results as a real table (a markdown output, which the book's site,
 Jupyter and Colab render), so that a wide table needs no horizontal scroll bar the way a printed one
 does; :func:`markdown_table` builds its markdown.
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
-__all__ = ["glue", "markdown_table", "show_table"]
+__all__ = ["glue", "markdown_table", "show_table", "threads"]
 
 # A cell that reads as a number ("3", "-0.41", "1,048,576", "1e-06", "96%", "3.6x") is right-aligned.
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(?:%|x)?")
@@ -36,6 +38,31 @@ def glue(name: str, value: Any, display: bool = False) -> None:
             show(value)
         return
     myst_glue(name, value, display=display)
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run the ``with`` block on ``n`` of PyTorch's CPU threads, then restore the previous number.
+
+    A cell that trains a tiny model on one thread (threads that wait for each other cost more than they
+    save there) leaves the rest of the session as it found it, even when the block raises.
+
+    Args:
+        n: the number of threads inside the block, at least 1.
+
+    Raises:
+        ValueError: if ``n`` is not a positive integer.
+    """
+    import torch
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: expected a positive number of threads, got {n!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _is_number(value: Any) -> bool:
