@@ -50,6 +50,9 @@ def threads(n: int) -> Iterator[None]:
     Args:
         n: the number of threads inside the block, at least 1.
 
+    Yields:
+        None, once: the ``with`` block runs on ``n`` threads.
+
     Raises:
         ValueError: if ``n`` is not a positive integer.
     """

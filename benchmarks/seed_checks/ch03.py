@@ -4,9 +4,10 @@ that trains the lookup task through the softmax and measures it as a hard lookup
 exercise 1 that trains it with the straight-through estimator (``line_task``, ``lookup_task``, ``train_lookup``).
 
 Recipe as in the chapter: 500 Adam steps (lr 1e-2) on batches of 256 for the line task, 300 Adam
-steps (lr 0.05) for the lookup task; test sets from the generator seeds 1 and 5, scored once. The
-training generators are seeded 2, 3 and 4 in the book, here 2, 3 and 4 + 100 * seed, and the scores'
-initial weights come from tfmini.set_seed(seed) (in the book, from the seed-0 stream after the cells before).
+steps (lr 0.05) for the lookup task; test sets from the generator seeds 1 and 5, scored once. The line
+task's training generator is seeded 2 + 100 * seed and its scores' initial weights come from
+tfmini.set_seed(seed), as in the book, which trains it with seeds 0, 1 and 2. The lookup task's
+generators are seeded 3 and 4 in the book (seed 0), here 3 and 4 + 100 * seed.
 """
 import math
 
