@@ -4,7 +4,8 @@
 #   2. the same unit tests with the oldest versions that pyproject.toml allows (scripts/test_minimums.sh, .venv-min/)
 #   3. every notebook as on Colab, checked by strict nbval (scripts/colab_run.py --nbval): alone in an empty
 #      folder, in a fresh environment with another torch than the pin, tfmini installed by the notebook's own
-#      setup cell, each output compared with the committed one; one execution per notebook
+#      setup cell, each output compared with the committed one; one execution per notebook; then the
+#      chapters whose run is under two minutes run twice in one kernel (scripts/run_twice.py)
 #   4. the book build with warnings as errors
 #   5. the browser test: every page of the built site opened in headless Chromium (installed by
 #      scripts/chromium.sh when missing) and checked by scripts/browser_test.py
@@ -78,6 +79,9 @@ stage "3/5 notebooks: python scripts/colab_run.py --nbval --jobs 2 (each alone, 
 # assert what matters. Each notebook gets an empty checkpoint folder, as a Colab reader has.
 wait_for "$TFMINI_COLAB_PID" "$TFMINI_LOGS/colab.log"
 python scripts/colab_run.py --nbval --jobs 2
+# A reader re-runs cells: every chapter whose default run is under two minutes runs "Run all" twice in
+# one kernel, and the second run must raise nothing and print what the first printed.
+python scripts/run_twice.py --under 120 --jobs 2
 stage_done "notebooks"
 
 stage "4/5 book: bash scripts/book.sh --all (warnings are errors)"
