@@ -125,12 +125,13 @@ def test_notebook_outputs_come_from_the_execute_command(path):
         assert not errors, f"{path.name}, cell [{number}]: {errors[0].ename}: {errors[0].evalue}"
 
 
-# Answers and solutions are HTML <details> blocks, written so that both MyST (the site) and Jupyter /
+# Folded blocks (answers, solutions, Deeper sections) are MyST dropdowns, which scripts/colab.py turns into
+# HTML <details> for Colab, or HTML <details> blocks written so that both MyST (the site) and Jupyter /
 # Colab render them: the markdown inside is separated from the tags by blank lines, because CommonMark
-# ends an HTML block at a blank line. MyST-only fences ({dropdown}, {toggle}, sphinx-exercise's
-# {solution}) would show as a raw code block in Colab.
-MYST_ONLY_COLLAPSIBLE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\{(dropdown|toggle|solution|exercise)\}", re.MULTILINE)
+# ends an HTML block at a blank line. sphinx-exercise's {solution} and {exercise} have no Colab form.
+MYST_ONLY_COLLAPSIBLE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\{(solution|exercise)\}", re.MULTILINE)
 DETAILS_OPEN = re.compile(r"^<details( open)?>\n<summary>(?P<summary>[^<\n]+)</summary>\n\n", re.MULTILINE)
+DROPDOWN_OPEN = re.compile(r"^(?P<fence>:{3,}|`{3,})\{(?:dropdown|toggle)\}[ \t]*(?P<summary>[^\n]*)$", re.MULTILINE)
 
 
 def markdown_cells(nb: nbformat.NotebookNode) -> list[str]:
@@ -143,7 +144,7 @@ def test_collapsible_blocks_render_in_jupyter_and_on_the_site(path):
         found = MYST_ONLY_COLLAPSIBLE.search(source)
         assert not found, (
             f"{path.name}, markdown cell {number}: {found.group(0).strip()!r} shows as raw text in Colab; "
-            "write answers and solutions as <details><summary>...</summary> blocks"
+            "write answers and solutions as {dropdown} or <details><summary>...</summary> blocks"
         )
         opened = len(re.findall(r"<details\b", source))
         well_formed = len(DETAILS_OPEN.findall(source))
@@ -157,23 +158,28 @@ def test_collapsible_blocks_render_in_jupyter_and_on_the_site(path):
 
 @pytest.mark.parametrize("path", notebook_params())
 def test_chapter_has_exercises_with_solutions(path):
-    summaries = [m["summary"].strip() for s in markdown_cells(read(path)) for m in DETAILS_OPEN.finditer(s)]
+    summaries = [m["summary"].strip() for s in markdown_cells(read(path))
+                 for pattern in (DETAILS_OPEN, DROPDOWN_OPEN) for m in pattern.finditer(s)]
     solutions = [s for s in summaries if s.lower().startswith("solution")]
     assert len(solutions) >= 2, f"{path.name}: expected at least two exercises with solutions, found {summaries}"
 
 
-# A chapter is read in one sitting: its text up to the questions and exercises stays under this many
-# words (words of the markdown cells, equations left out). A longer chapter is split in two.
+# A chapter is read in one sitting: its unfolded text up to the questions and exercises stays under this
+# many words (words of the markdown cells, equations and folded {dropdown} blocks left out). A longer
+# chapter is split in two.
 BODY_WORDS = 3500
 QUESTIONS = re.compile(r"^## Check your understanding", re.MULTILINE)
 
 
 def body_words(nb: nbformat.NotebookNode) -> int:
-    """Words of the markdown before the chapter's questions and exercises, without $...$ mathematics."""
+    """Words of the markdown before the chapter's questions and exercises, without $...$ mathematics and
+    folded {dropdown} blocks."""
     words = 0
     for source in markdown_cells(nb):
         found = QUESTIONS.search(source)
         text = source[:found.start()] if found else source
+        text = re.sub(r"^(?P<fence>:{3,}|`{3,})\{(?:dropdown|toggle)\}.*?^(?P=fence)[ \t]*$", " ", text,
+                      flags=re.MULTILINE | re.DOTALL)
         words += len(re.findall(r"\w+", re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.DOTALL)))
         if found:
             break
