@@ -73,16 +73,9 @@ def _transformer_run(model: tfmini.Transformer, src: torch.Tensor, tgt_in: torch
 
 @functools.cache
 def quick_tour() -> dict:
-    """Chapter 0: the Transformer of the quick tour on its first test batch."""
-    train = tfmini.reverse_task(*call_arguments(0, "reverse_task", 0)[0], **call_keywords(0, "reverse_task", 0))
-    test = tfmini.reverse_task(*call_arguments(0, "reverse_task", 2)[0], **call_keywords(0, "reverse_task", 2))
-    vocab = tfmini.Vocab.build(s for s, _ in train)
-    batches = tfmini.Batches(tfmini.encode_pairs(test, vocab, vocab), **call_keywords(0, "Batches", 2))
-    src, tgt = next(iter(batches))
-    config = tfmini.TransformerConfig(vocab_size=len(vocab), **call_keywords(0, "TransformerConfig"))
-    torch.manual_seed(0)
-    model = tfmini.Transformer(config).eval()
-    return {"config": config, "tgt": _shape(tgt), **_transformer_run(model, src, tgt[:, :-1])}
+    """Chapter 0: the Transformer of the quick tour on its first test batch of the running task."""
+    model, src, tgt = _chapter_model(0, 2)  # chapter 0's test batch
+    return {"config": model.cfg, "tgt": _shape(tgt), **_transformer_run(model, src, tgt[:, :-1])}
 
 
 # An example of the running task for the RNN diagrams: 24 and 7, spelled units first.

@@ -17,7 +17,7 @@ import torch
 import tfmini
 from diagrams import DIAGRAMS, OUTPUT, build
 from diagrams.__main__ import differences
-from diagrams.chapters import assigned, call_keywords
+from diagrams.chapters import assigned, call_arguments, call_keywords
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -70,12 +70,13 @@ def test_diagrams_are_light_cards_with_text():
 # For each diagram that labels shapes, the shapes computed here, directly with tfmini and the chapter's
 # configuration (read from the chapter's code), independently of diagrams/shapes.py.
 def expected_quick_tour():
-    kw = call_keywords(0, "TransformerConfig")
-    train = tfmini.reverse_task(4000, **call_keywords(0, "reverse_task", 0))
-    test = tfmini.reverse_task(500, **call_keywords(0, "reverse_task", 2))
-    vocab = tfmini.Vocab.build(s for s, _ in train)
-    src, tgt = next(iter(tfmini.Batches(tfmini.encode_pairs(test, vocab, vocab), **call_keywords(0, "Batches", 2))))
-    model = tfmini.Transformer(tfmini.TransformerConfig(vocab_size=len(vocab), **kw))
+    train = tfmini.spelled_numbers(*call_arguments(0, "spelled_numbers", 0)[0], **call_keywords(0, "spelled_numbers", 0))
+    test = tfmini.spelled_numbers(*call_arguments(0, "spelled_numbers", 2)[0], **call_keywords(0, "spelled_numbers", 2))
+    src_vocab, tgt_vocab = tfmini.Vocab.build(s for s, _ in train), tfmini.Vocab.build(t for _, t in train)
+    args, kwargs = call_arguments(0, "Batches", 2)
+    src, tgt = next(iter(tfmini.Batches(tfmini.encode_pairs(test, src_vocab, tgt_vocab), *args[1:], **kwargs)))
+    model = tfmini.Transformer(tfmini.TransformerConfig(len(tgt_vocab), src_vocab_size=len(src_vocab),
+                                                        **assigned(0, "CONFIG")))
     with torch.no_grad():
         memory, _ = model.encode(src)
         logits, w = model(src, tgt[:, :-1], need_weights=True)

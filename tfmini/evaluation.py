@@ -1,7 +1,8 @@
-"""Evaluation of an encoder-decoder by decoding: token and exact-sequence accuracy, overall and by source length."""
+"""Evaluation of an encoder-decoder: token and exact-sequence accuracy by decoding, overall and by source
+length; and how closely its cross-attention heads follow a reference alignment."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -9,7 +10,8 @@ from torch import nn
 
 from .decoding import _new_tokens, beam_search, greedy_decode
 
-__all__ = ["token_accuracy", "sequence_accuracy", "evaluate", "evaluate_by_length"]
+__all__ = ["token_accuracy", "sequence_accuracy", "evaluate", "evaluate_by_length", "cross_attention",
+           "head_alignment", "uniform_weight"]
 
 
 def _prefix_match(pred: torch.Tensor, target: torch.Tensor, pad_id: int):
@@ -126,3 +128,90 @@ def evaluate_by_length(model: nn.Module, pairs, src_vocab, tgt_vocab, bin_width:
         acc = evaluate(model, data, max_new_tokens, tgt_vocab.bos_id, tgt_vocab.eos_id, tgt_vocab.pad_id, beam_size)
         rows.append({"lo": g * bin_width + 1, "hi": (g + 1) * bin_width, "n": len(groups[g]), **acc})
     return rows
+
+
+@torch.no_grad()
+def cross_attention(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """The cross-attention weights of an encoder-decoder on one batch, the decoder fed the reference target.
+
+    Args:
+        model: a :class:`~tfmini.model.Transformer` (any model whose ``forward(src, tgt_in,
+            need_weights=True)`` returns weights with a ``"cross"`` list, one entry per decoder layer).
+        src: source ids ``(B, S)``.
+        tgt: target ids ``(B, T + 1)``, BOS ... EOS; the decoder reads ``tgt[:, :-1]`` (teacher forcing).
+
+    Returns:
+        the weights of all decoder layers, stacked, on the CPU.
+
+    Shape:
+        ``(L, B, H, T, S)``: layer, example, head, target position, source position; row ``t`` is the
+        distribution over the source with which the decoder predicts ``tgt[:, t + 1]``.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    _, weights = model(src.to(device), tgt[:, :-1].to(device), need_weights=True)
+    model.train(was_training)
+    return torch.stack(weights["cross"]).cpu()
+
+
+def head_alignment(model: nn.Module, pairs, src_vocab, tgt_vocab, align: Callable[[Sequence[str]], List[int]],
+                   batch_size: int = 250) -> torch.Tensor:
+    """How closely each cross-attention head follows a reference alignment.
+
+    For every target token (EOS excluded) it takes the weight a head puts on the source token that
+    ``align`` names, with the decoder fed the reference target, and averages over all target tokens of
+    ``pairs``. Attention spread evenly over the source scores :func:`uniform_weight`; a head that reads
+    exactly the aligned token scores 1.
+
+    Args:
+        model: an encoder-decoder, as in :func:`cross_attention`.
+        pairs: ``(source_tokens, target_tokens)`` pairs.
+        src_vocab, tgt_vocab: the :class:`~tfmini.data.Vocab` of each side.
+        align: maps the source tokens of one pair to one source index per target token, e.g.
+            :func:`~tfmini.data.spelled_numbers_alignment`.
+        batch_size: pairs per forward pass.
+
+    Returns:
+        the mean weight on the aligned source token, a number in ``[0, 1]`` for each head.
+
+    Shape:
+        ``(L, H)``: decoder layer, head.
+    """
+    from .data import pad_sequences
+
+    total, count = None, 0
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        src = pad_sequences([src_vocab.encode(s) for s, _ in chunk], src_vocab.pad_id)
+        tgt = pad_sequences([tgt_vocab.encode(t, bos=True, eos=True) for _, t in chunk], tgt_vocab.pad_id)
+        b_idx, t_idx, s_idx = [], [], []
+        for b, (s, t) in enumerate(chunk):
+            ref = list(align(s))
+            if len(ref) != len(t):
+                raise ValueError(f"align: expected {len(t)} source indices for pair {start + b}, got {len(ref)}")
+            b_idx += [b] * len(ref)
+            t_idx += range(len(ref))
+            s_idx += ref
+        w = cross_attention(model, src, tgt)                                   # (L, B, H, T, S)
+        on = w[:, torch.tensor(b_idx), :, torch.tensor(t_idx), torch.tensor(s_idx)].sum(0)   # (L, H)
+        total = on if total is None else total + on
+        count += len(b_idx)
+    if total is None:
+        raise ValueError("pairs: expected at least one pair, got none")
+    return total / count
+
+
+def uniform_weight(pairs) -> float:
+    """The score of :func:`head_alignment` for attention spread evenly over each source.
+
+    Args:
+        pairs: ``(source_tokens, target_tokens)`` pairs.
+
+    Returns:
+        the mean over all target tokens of ``1 / len(source)``.
+    """
+    n = sum(len(t) for _, t in pairs)
+    if n == 0:
+        raise ValueError("pairs: expected at least one target token, got none")
+    return sum(len(t) / len(s) for s, t in pairs) / n
