@@ -138,7 +138,7 @@ def soft_lookup() -> dict:
 @functools.cache
 def self_attention() -> dict:
     """Chapter 4: scaled dot-product self-attention on the five-word sentence."""
-    d, d_k, d_v = assigned(4, "d, d_k, d_v")
+    d, (d_k, d_v) = assigned(4, "d"), assigned(4, "d_k, d_v")
     words = assigned(4, "words")
     X = torch.randn(len(words), d)
     Q, K, V = X @ torch.randn(d, d_k), X @ torch.randn(d, d_k), X @ torch.randn(d, d_v)
@@ -207,7 +207,7 @@ def masks() -> dict:
 @functools.cache
 def decoder_layer() -> dict:
     """Chapter 8: tfmini.DecoderLayer with the chapter's sizes, memory from a source of S positions."""
-    T, S, D, H, d_ff = assigned(8, "T, S, D, H, d_ff")
+    T, S, D, H, d_ff = assigned(8, "T_layer, S, D, H, d_ff")
     B, _ = assigned(8, "B, H")
     layer = tfmini.DecoderLayer(D, H, d_ff)
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)

@@ -94,7 +94,7 @@ def expected_multi_head():
 
 
 def expected_self_attention():
-    d, d_k, d_v = assigned(4, "d, d_k, d_v")
+    d, (d_k, d_v) = assigned(4, "d"), assigned(4, "d_k, d_v")
     T = len(assigned(4, "words"))
     q, k, v = torch.randn(T, d_k), torch.randn(T, d_k), torch.randn(T, d_v)
     z, w = tfmini.scaled_dot_product_attention(q, k, v)
@@ -110,7 +110,7 @@ def expected_block():
 
 
 def expected_decoder_layer():
-    T, S, D, H, d_ff = assigned(8, "T, S, D, H, d_ff")
+    T, S, D, H, d_ff = assigned(8, "T_layer, S, D, H, d_ff")
     B, _ = assigned(8, "B, H")
     layer = tfmini.DecoderLayer(D, H, d_ff)
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
