@@ -176,7 +176,7 @@ def positional() -> dict:
 @functools.cache
 def encoder_block() -> dict:
     """Chapter 7: tfmini.EncoderLayer with the chapter's sizes, in both arrangements."""
-    d, heads, d_ff, B, T = assigned(7, "d, heads, d_ff, B, T")
+    d, heads, d_ff, B, T = assigned(7, "d_e, heads, d_ff_e, B, T_e")
     x = torch.randn(B, T, d)
     shapes = {"d": d, "heads": heads, "d_ff": d_ff}
     for norm_first in (False, True):

@@ -102,7 +102,7 @@ def expected_self_attention():
 
 
 def expected_block():
-    d, heads, d_ff, B, T = assigned(7, "d, heads, d_ff, B, T")
+    d, heads, d_ff, B, T = assigned(7, "d_e, heads, d_ff_e, B, T_e")
     layer = tfmini.EncoderLayer(d, heads, d_ff)
     x = torch.randn(B, T, d)
     out, w = layer(x, need_weights=True)
