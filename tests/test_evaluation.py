@@ -8,7 +8,7 @@ from tfmini import Transformer, TransformerConfig, Vocab, spelled_numbers, spell
 from tfmini.evaluation import cross_attention, head_alignment, uniform_weight
 
 
-def setup(n=7):
+def small_task(n=7):
     pairs = spelled_numbers(n, min_numbers=1, max_numbers=3, seed=0)
     src_vocab, tgt_vocab = Vocab.build(s for s, _ in pairs), Vocab.build(t for _, t in pairs)
     cfg = TransformerConfig(len(tgt_vocab), src_vocab_size=len(src_vocab), d_model=16, num_heads=2,
@@ -18,7 +18,7 @@ def setup(n=7):
 
 
 def test_cross_attention_is_stacked_rows_of_distributions():
-    pairs, src_vocab, tgt_vocab, model = setup()
+    pairs, src_vocab, tgt_vocab, model = small_task()
     src = torch.tensor([src_vocab.encode(pairs[0][0])])
     tgt = torch.tensor([tgt_vocab.encode(pairs[0][1], bos=True, eos=True)])
     w = cross_attention(model, src, tgt)
@@ -27,7 +27,7 @@ def test_cross_attention_is_stacked_rows_of_distributions():
 
 
 def test_head_alignment_matches_a_loop_over_pairs():
-    pairs, src_vocab, tgt_vocab, model = setup()
+    pairs, src_vocab, tgt_vocab, model = small_task()
     expected, n = torch.zeros(2, 2), 0
     for s, t in pairs:                               # one pair at a time, no padding
         w = cross_attention(model, torch.tensor([src_vocab.encode(s)]),
@@ -41,7 +41,7 @@ def test_head_alignment_matches_a_loop_over_pairs():
 
 
 def test_head_alignment_rejects_a_wrong_alignment():
-    pairs, src_vocab, tgt_vocab, model = setup()
+    pairs, src_vocab, tgt_vocab, model = small_task()
     with pytest.raises(ValueError, match="align"):
         head_alignment(model, pairs, src_vocab, tgt_vocab, lambda s: [0])
 
