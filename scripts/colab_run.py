@@ -4,7 +4,8 @@
     python scripts/colab_run.py colab/03_x.ipynb    # only the given notebooks
     python scripts/colab_run.py --jobs 2            # two notebooks at a time, one thread each
     python scripts/colab_run.py --prepare           # only build .venv-colab (scripts/test.sh starts it early)
-    python scripts/colab_run.py --nbval --jobs 2    # stage 3 of scripts/test.sh: also compare the outputs
+    python scripts/colab_run.py --nbval --full --jobs 2  # stage 3 of scripts/test.sh: compare the outputs
+                                                         # of every study computed in full (TFMINI_FULL=1)
 
 What a reader who opens a chapter in Colab has, and what this script recreates locally:
 
@@ -251,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare", action="store_true", help="only create .venv-colab if needed, then exit")
     parser.add_argument("--nbval", action="store_true",
                         help="execute with strict nbval: also compare every output with the committed one")
+    parser.add_argument("--full", action="store_true",
+                        help="compute every study (TFMINI_FULL=1, as the book's execution does); default: a "
+                             "reader's quick run, in which the slow studies show their recorded results")
     args = parser.parse_args(argv)
     if args.prepare:
         ensure_venv()
@@ -269,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     start, failed = time.perf_counter(), 0
     with tempfile.TemporaryDirectory(prefix="tfmini-colab-") as name:
         env = shared_env(Path(name))
+        env["TFMINI_FULL"] = "1" if args.full else "0"
         if args.jobs > 1:
             env.update({var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
         # Longest first (by the run times in intro.md's table, else by file size), so that the workers

@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     # Nothing is downloaded at run time: the one cell that fetches real weights (chapter 13, for Colab)
     # finds the Hugging Face Hub unreachable at once and says so, instead of waiting for a network.
     os.environ["HF_HUB_OFFLINE"] = "1"
+    # The book shows every study computed in full (tfmini.notebook.full_run); the results of the slow
+    # ones are recorded for a reader's quick default run (tfmini.notebook.study).
+    os.environ["TFMINI_FULL"] = "1"
     # Threads that wait for work sleep instead of spinning: on a machine busy with other processes,
     # spinning OpenMP threads make every small operation of the RNN chapters a hundred times slower.
     # It changes no result (the number of threads, and so every sum's order, stays the same).

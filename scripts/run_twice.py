@@ -63,6 +63,7 @@ def run_twice(path: Path, each: bool = False) -> str | None:
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as cache:
         os.environ["TFMINI_CACHE"] = cache
+        os.environ["TFMINI_FULL"] = "0"  # a reader's default run
         client = CurrentEnvClient(nb, timeout=3600, kernel_name="python3",
                                   resources={"metadata": {"path": str(path.parent)}})
         with client.setup_kernel():
@@ -106,7 +107,7 @@ def main() -> int:
         parser.error("no notebook to run: name some, or give --under")
     if args.jobs <= 1:
         return 0 if all([check(p, args.each) for p in paths]) else 1
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TFMINI_FULL": "0"}
     flags = ["--each"] if args.each else []
     run = lambda p: subprocess.run([sys.executable, __file__, *flags, str(p)], env=env).returncode == 0  # noqa: E731
     with ThreadPoolExecutor(args.jobs) as pool:

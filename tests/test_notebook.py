@@ -125,3 +125,73 @@ def test_threads_rejects_what_is_not_a_positive_integer(bad):
     with pytest.raises(ValueError, match="n: expected a positive number of threads"):
         with threads(bad):
             pass
+
+
+# -- full_run and study: quick by default, every study computed when TFMINI_FULL=1 ---------------------
+
+def test_full_run_reads_the_environment(monkeypatch):
+    from tfmini.notebook import full_run
+    monkeypatch.delenv("TFMINI_FULL", raising=False)
+    assert full_run() is False
+    monkeypatch.setenv("TFMINI_FULL", "1")
+    assert full_run() is True
+    monkeypatch.setenv("TFMINI_FULL", "0")
+    assert full_run() is False
+    monkeypatch.setenv("TFMINI_FULL", "yes")
+    with pytest.raises(ValueError, match="TFMINI_FULL: expected '0' or '1', got 'yes'"):
+        full_run()
+
+
+def test_study_records_when_full_and_reads_the_recording_otherwise(monkeypatch, tmp_path, capsys):
+    import tfmini.notebook as nb
+    monkeypatch.setattr(nb, "RECORDED_DIR", tmp_path)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"seeds": (0, 1, 2), "accuracy": [0.5, 0.25, 1.0]}
+
+    first = nb.study("ch99_demo", compute, full=True)
+    assert calls == [1] and "computed in this run" in capsys.readouterr().out
+    assert (tmp_path / "ch99_demo.json").exists()
+    second = nb.study("ch99_demo", compute, full=False)
+    assert calls == [1], "a default run must not compute the study"
+    assert "recorded by the book's execution" in capsys.readouterr().out
+    assert first == second == {"seeds": [0, 1, 2], "accuracy": [0.5, 0.25, 1.0]}
+    monkeypatch.setenv("TFMINI_FULL", "0")
+    assert nb.study("ch99_demo", compute) == first and calls == [1]
+
+
+def test_study_rejects_bad_input(monkeypatch, tmp_path):
+    import tfmini.notebook as nb
+    monkeypatch.setattr(nb, "RECORDED_DIR", tmp_path)
+    with pytest.raises(ValueError, match="name: expected lower-case"):
+        nb.study("Chapter 9", lambda: 1, full=True)
+    with pytest.raises(ValueError, match="compute: expected a function"):
+        nb.study("ch99_x", 3, full=True)
+    with pytest.raises(ValueError, match="compute: expected JSON-serialisable"):
+        nb.study("ch99_x", lambda: {"t": object()}, full=True)
+    with pytest.raises(ValueError, match="no recorded results for study 'ch99_missing'"):
+        nb.study("ch99_missing", lambda: 1, full=False)
+
+
+def test_every_recording_is_json_and_named_after_a_chapter():
+    from tfmini.notebook import RECORDED_DIR
+    import json
+    for path in sorted(RECORDED_DIR.glob("*.json")):
+        assert path.stem[:2] == "ch" and path.stem[2:4].isdigit(), path.name
+        json.loads(path.read_text())
+
+
+def test_every_study_in_a_chapter_has_its_recording_and_every_recording_a_study():
+    """A reader's default run reads the recordings: one missing fails there; one no chapter uses is stale."""
+    import re
+    from pathlib import Path
+    from tfmini.notebook import RECORDED_DIR
+    root = Path(__file__).resolve().parent.parent
+    used = set()
+    for path in sorted((root / "chapters").glob("*.ipynb")):
+        used |= set(re.findall(r'study\(\\?["\'](ch\d\d_[a-z0-9_]+)\\?["\']', path.read_text()))
+    recorded = {p.stem for p in RECORDED_DIR.glob("*.json")}
+    assert sorted(used - recorded) == [], "studies without a recording: run bash scripts/execute.sh on their chapters"
+    assert sorted(recorded - used) == [], "recordings that no chapter reads: delete them"

@@ -3,18 +3,29 @@
 :func:`glue` stores a value computed by the code so that the book's prose can quote it
 (myst-nb's ``glue``); where myst-nb is not installed, as on Colab, it just shows the value.
 :func:`threads` runs a block on a given number of CPU threads and restores the number afterwards.
+:func:`full_run` and :func:`study` give a notebook a quick default run: a study too slow for a reader's
+default run is computed when the environment variable ``TFMINI_FULL`` is ``1`` (the book's execute
+command and the test command set it) and otherwise shown as the book's own execution recorded it.
 :func:`show_table` shows rows of results as a real table (a markdown output, which the book's site,
 Jupyter and Colab render), so that a wide table needs no horizontal scroll bar the way a printed one
 does; :func:`markdown_table` builds its markdown.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
+from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["glue", "markdown_table", "show_table", "threads"]
+__all__ = ["full_run", "glue", "markdown_table", "recorded_path", "show_table", "study", "threads"]
+
+FULL_ENV = "TFMINI_FULL"
+# Where study() keeps what the book's execution computed: package data, installed with tfmini.
+RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
+_STUDY_NAME = re.compile(r"[a-z0-9][a-z0-9_]*")
 
 # A cell that reads as a number ("3", "-0.41", "1,048,576", "1e-06", "96%", "3.6x") is right-aligned.
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(?:%|x)?")
@@ -38,6 +49,83 @@ def glue(name: str, value: Any, display: bool = False) -> None:
             show(value)
         return
     myst_glue(name, value, display=display)
+
+
+def full_run() -> bool:
+    """Whether this run computes every study: ``True`` when the environment variable ``TFMINI_FULL`` is ``1``.
+
+    The book's execute command (``bash scripts/execute.sh``) and the test command set it; a reader's
+    run (Colab, a laptop) leaves it unset and gets the quick default run. Set it before starting
+    Jupyter, or in the notebook before the set-up cell: ``os.environ["TFMINI_FULL"] = "1"``.
+
+    Raises:
+        ValueError: if ``TFMINI_FULL`` is set to anything but ``0`` or ``1``.
+    """
+    value = os.environ.get(FULL_ENV, "0").strip() or "0"
+    if value not in ("0", "1"):
+        raise ValueError(f"{FULL_ENV}: expected '0' or '1', got {value!r}")
+    return value == "1"
+
+
+def recorded_path(name: str) -> Path:
+    """The file in which :func:`study` keeps the recorded results of the study ``name``.
+
+    Raises:
+        ValueError: if ``name`` is not lower-case letters, digits and underscores.
+    """
+    if not isinstance(name, str) or not _STUDY_NAME.fullmatch(name):
+        raise ValueError(f"name: expected lower-case letters, digits and underscores (like 'ch09_recipe'), got {name!r}")
+    return RECORDED_DIR / f"{name}.json"
+
+
+def study(name: str, compute: Callable[[], Any], full: bool | None = None) -> Any:
+    """The results of a study that is too slow for a reader's default run: computed, or as recorded.
+
+    With ``full`` (default: :func:`full_run`), ``compute()`` runs and its results are written to
+    :func:`recorded_path` (``tfmini/recorded/<name>.json``, shipped with the package), so that the
+    book's own execution records them. Without it, the recorded results are read back and a line says
+    that they are recorded and which command recomputes them. Either way the caller gets the same
+    JSON value (a tuple comes back as a list, a dict's keys as strings), so the cells after this one
+    print the same thing in both runs.
+
+    Args:
+        name: the study's name, e.g. ``"ch09_recipe"`` (lower case, digits, underscores).
+        compute: a function of no arguments that runs the study and returns JSON-serialisable results
+            (numbers, strings, lists, dicts with string keys).
+        full: compute now (``True``) or read the recording (``False``); ``None`` asks :func:`full_run`.
+
+    Returns:
+        the results, after a round trip through JSON.
+
+    Raises:
+        ValueError: if ``name`` is malformed, ``compute`` is not callable or returns something JSON
+            cannot hold, or there is no recording to read and ``full`` is off.
+    """
+    path = recorded_path(name)
+    if not callable(compute):
+        raise ValueError(f"compute: expected a function of no arguments, got {type(compute).__name__}")
+    if full is None:
+        full = full_run()
+    if full:
+        result = compute()
+        try:
+            text = json.dumps(result, indent=1, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"compute: expected JSON-serialisable results (numbers, strings, lists, dicts), "
+                             f"got {type(result).__name__}: {err}") from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n")
+        except OSError:  # a read-only install: the results are still returned, just not recorded
+            pass
+        print(f"{name}: computed in this run ({FULL_ENV}=1).")
+        return json.loads(text)
+    if not path.exists():
+        raise ValueError(f"name: no recorded results for study {name!r} at {path}; run with {FULL_ENV}=1 "
+                         f"to compute them")
+    print(f"{name}: recorded by the book's execution (bash scripts/execute.sh); "
+          f"set {FULL_ENV}=1 to recompute it.")
+    return json.loads(path.read_text())
 
 
 @contextmanager
