@@ -3,6 +3,7 @@
     python scripts/colab_run.py                     # every colab/*.ipynb (chapters/*.ipynb if no colab/)
     python scripts/colab_run.py colab/03_x.ipynb    # only the given notebooks
     python scripts/colab_run.py --jobs 2            # two notebooks at a time, one thread each
+    python scripts/colab_run.py --jobs 2 --record   # time a reader's default run: intro.md's "Default run" column
     python scripts/colab_run.py --prepare           # only build .venv-colab (scripts/test.sh starts it early)
     python scripts/colab_run.py --nbval --full --jobs 2  # stage 3 of scripts/test.sh: compare the outputs
                                                          # of every study computed in full (TFMINI_FULL=1)
@@ -255,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true",
                         help="compute every study (TFMINI_FULL=1, as the book's execution does); default: a "
                              "reader's quick run, in which the slow studies show their recorded results")
+    parser.add_argument("--record", action="store_true",
+                        help="write each notebook's time into intro.md's 'Default run' column (not with --full)")
     args = parser.parse_args(argv)
+    if args.record and args.full:
+        parser.error("--record: the 'Default run' column times a reader's run; drop --full")
     if args.prepare:
         ensure_venv()
         return 0
@@ -270,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ensure_venv()
     print(f"colab: each notebook in a new venv over {VENV.name} (torch {TORCH})", flush=True)
-    start, failed = time.perf_counter(), 0
+    start, failed, timed = time.perf_counter(), 0, {}
     with tempfile.TemporaryDirectory(prefix="tfmini-colab-") as name:
         env = shared_env(Path(name))
         env["TFMINI_FULL"] = "1" if args.full else "0"
@@ -287,9 +292,14 @@ def main(argv: list[str] | None = None) -> int:
                 path = runs[done]
                 ok, seconds, error = done.result()
                 failed += not ok
+                if ok:
+                    timed[path.name] = seconds
                 shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
                 print(f"colab: {str(shown):45} {seconds:7.1f} s  {'ok' if ok else 'FAILED  ' + error}", flush=True)
     total = time.perf_counter() - start
+    if args.record and timed:
+        runtimes.record(timed, column="default")
+        print(f"colab: default-run times of {len(timed)} notebook(s) written to intro.md")
     print(f"colab: {len(notebooks) - failed} of {len(notebooks)} notebook(s) passed in {total:.1f} s")
     return 1 if failed else 0
 
