@@ -58,6 +58,9 @@ def full_run() -> bool:
     run (Colab, a laptop) leaves it unset and gets the quick default run. Set it before starting
     Jupyter, or in the notebook before the set-up cell: ``os.environ["TFMINI_FULL"] = "1"``.
 
+    Returns:
+        ``True`` for a full run, ``False`` for a reader's default run.
+
     Raises:
         ValueError: if ``TFMINI_FULL`` is set to anything but ``0`` or ``1``.
     """
@@ -69,6 +72,12 @@ def full_run() -> bool:
 
 def recorded_path(name: str) -> Path:
     """The file in which :func:`study` keeps the recorded results of the study ``name``.
+
+    Args:
+        name: the study's name, e.g. ``"ch09_recipe"``.
+
+    Returns:
+        ``tfmini/recorded/<name>.json`` inside the installed package.
 
     Raises:
         ValueError: if ``name`` is not lower-case letters, digits and underscores.
