@@ -10,8 +10,33 @@
 #   4. the book build with warnings as errors
 #   5. the browser test: every page of the built site opened in headless Chromium (installed by
 #      scripts/chromium.sh when missing) and checked by scripts/browser_test.py
+#
+# bash scripts/test.sh --quick: a contributor's check in minutes, not the full run: the unit tests, the
+# workflow files against their schema, and strict nbval (scripts/nbval_parallel.py, this environment)
+# on the chapters that differ from origin/main (committed or not); nothing is installed beyond .venv.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+if [[ "${1:-}" == "--quick" ]]; then
+    export HF_HUB_OFFLINE=1
+    echo "== quick: python -m pytest tests -q"
+    python -m pytest tests -q
+    echo "== quick: check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml"
+    check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+    TFMINI_BASE="$(git merge-base HEAD origin/main 2>/dev/null || git rev-parse HEAD)"
+    mapfile -t TFMINI_CHANGED < <( { git diff --name-only "$TFMINI_BASE" -- 'chapters/*.ipynb'; \
+        git ls-files --others --exclude-standard -- 'chapters/*.ipynb'; } | sort -u)
+    if ((${#TFMINI_CHANGED[@]})); then
+        echo "== quick: python scripts/nbval_parallel.py ${TFMINI_CHANGED[*]}"
+        python scripts/nbval_parallel.py "${TFMINI_CHANGED[@]}"
+    else
+        echo "== quick: no chapter differs from $TFMINI_BASE"
+    fi
+    echo "quick: passed (the full run, bash scripts/test.sh, also checks the oldest versions, Colab, the book and the browser)"
+    exit 0
+elif [[ $# -gt 0 ]]; then
+    echo "usage: bash scripts/test.sh [--quick]" >&2
+    exit 2
+fi
 # Nothing is downloaded at run time: Hugging Face's libraries fail at once instead of trying the network.
 export HF_HUB_OFFLINE=1
 
@@ -63,8 +88,10 @@ wait_for() {
     return "$rc"
 }
 
-stage "1/5 unit tests: python -m pytest tests -q"
+stage "1/5 unit tests: python -m pytest tests -q; the workflow files against their schema"
 python -m pytest tests -q
+# the GitHub Actions workflows (.github/workflows) against their published schema (bundled: no network)
+check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 stage_done "unit tests"
 
 stage "2/5 minimum versions: bash scripts/test_minimums.sh (pytest tests with the oldest versions pyproject.toml allows)"

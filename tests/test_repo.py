@@ -246,3 +246,24 @@ def test_learning_path_figure_follows_the_table_of_contents():
                 )
     for a, b in learning_path.BUILDS_ON:
         assert a < b and a in figure and b in figure, f"arrow {a} -> {b} does not go forward between chapters"
+
+
+def test_github_workflows_are_valid_and_a_broken_one_is_rejected(tmp_path):
+    """The publishing and pull-request workflows pass GitHub's workflow schema; the check can fail."""
+    import shutil
+    import subprocess
+    exe = shutil.which("check-jsonschema")
+    if exe is None:
+        pytest.skip("check-jsonschema is not installed (requirements.txt has it)")
+    workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+    assert {p.name for p in workflows} >= {"book.yml", "test.yml"}
+    book = (ROOT / ".github" / "workflows" / "book.yml").read_text()
+    assert "bash scripts/book.sh" in book and "deploy-pages" in book and "branches: [main]" in book
+    assert "bash scripts/test.sh" in (ROOT / ".github" / "workflows" / "test.yml").read_text()
+    ok = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", *map(str, workflows)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text("name: broken\non: push\njobs:\n  x:\n    steps: 3\n")
+    bad = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(broken)], capture_output=True, text=True)
+    assert bad.returncode != 0
