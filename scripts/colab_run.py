@@ -19,8 +19,8 @@ What a reader who opens a chapter in Colab has, and what this script recreates l
 - ``google.colab`` in ``sys.modules``, so the setup cell's ``%pip install "tfmini @ git+<repo>@main"``
   runs: an IPython startup file of the kernel only (IPYTHONDIR) registers a stand-in module;
 - the course repository on GitHub: git rewrites that URL (GIT_CONFIG_* variables of the kernel) to a
-  temporary bare repository whose ``main`` is the current working tree's tracked files (``git stash
-  create``), so pip builds tfmini from what is checked out here and nothing leaves the machine;
+  temporary bare repository whose ``main`` and release tag ``v<version>`` are the current working tree's
+  tracked files (``git stash create``), so pip builds tfmini from what is checked out here and nothing leaves the machine;
 - only the notebook file: each one runs alone in an empty temporary folder, with an empty checkpoint
   folder (TFMINI_CACHE), top to bottom, at most 3,600 s per cell (a guard against a hang, not a speed
   test: chapter 9's comparison cell takes about 1,200 s on one core), errors fatal except in cells
@@ -47,6 +47,7 @@ import hashlib
 import multiprocessing
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -159,6 +160,9 @@ def local_github(tmp: Path) -> dict[str, str]:
     bare = tmp / "tfmini.git"
     run("git", "init", "-q", "--bare", f"--initial-branch={repo['branch']}", bare)
     run("git", "push", "-q", bare, f"{commit}:refs/heads/{repo['branch']}")
+    # the setup cells install the release tag v<version> (scripts/execute.py pins it): here, the working tree
+    version = re.search(r'^__version__ = "([^"]+)"', (ROOT / "tfmini" / "__init__.py").read_text(), re.MULTILINE)[1]
+    run("git", "push", "-q", bare, f"{commit}:refs/tags/v{version}")
     url = repo["url"].rstrip("/")
     return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{bare.as_uri()}.insteadOf", "GIT_CONFIG_VALUE_0": url}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 import sys
 import time
@@ -101,8 +102,29 @@ def normalise(nb: nbformat.NotebookNode) -> None:
     nb.nbformat, nb.nbformat_minor = 4, 5
 
 
+# The Colab setup cell installs tfmini from the course repository at a release tag, never at a branch,
+# so that a reader's run uses the code that produced the outputs on the page.
+INSTALL = re.compile(r'(tfmini(?:\[[a-z,]+\])? @ git\+https://github\.com/[^@"\s]+)@[^"\s]+"')
+
+
+def version() -> str:
+    """tfmini's version, as tfmini/__init__.py states it (the release tag is ``v`` + this)."""
+    found = re.search(r'^__version__ = "([^"]+)"', (ROOT / "tfmini" / "__init__.py").read_text(), re.MULTILINE)
+    if not found:
+        raise ValueError("tfmini/__init__.py: no __version__ line")
+    return found.group(1)
+
+
+def pin_install(nb: nbformat.NotebookNode, tag: str) -> None:
+    """Point every ``tfmini @ git+…@ref`` install in the notebook at the release tag ``tag``."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = INSTALL.sub(lambda m: f'{m.group(1)}@{tag}"', cell.source)
+
+
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
+    pin_install(nb, f"v{version()}")
     client = CurrentEnvClient(
         nb,
         timeout=CELL_TIMEOUT_S,
