@@ -13,6 +13,7 @@ yet"), so nbval passes on both copies and a Colab reader writes the function.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import io
 import re
@@ -45,6 +46,14 @@ def _strip_import(src: str) -> str:
     return src.replace(IMPORT + "\n", "").strip("\n")
 
 
+def _own_names(src: str, names: list[str]) -> str:
+    """The learner's functions are called ``my_<name>``: they never replace a chapter's own ``<name>``."""
+    for name in names:
+        src = re.sub(rf"\bdef {name}\(", f"def my_{name}(", src)
+        src = src.replace(f"check({name!r}, {name})", f"check({name!r}, my_{name})")
+    return src
+
+
 def solution_source(names: list[str]) -> str:
     """The book's cell: the reference solutions, then their checks."""
     imports, bodies = [], []
@@ -57,20 +66,28 @@ def solution_source(names: list[str]) -> str:
         imports += [line for line in head if line not in imports]
         bodies.append("\n".join(line for line in lines if line not in head).strip("\n"))
     checks = "\n".join(f"check({name!r}, {name})" for name in names)
-    return "\n".join([IMPORT, *imports]) + "\n\n\n" + "\n\n\n".join(bodies) + "\n\n\n" + checks
+    return _own_names("\n".join([IMPORT, *imports]) + "\n\n\n" + "\n\n\n".join(bodies) + "\n\n\n" + checks, names)
 
 
 def stub_source(names: list[str]) -> str:
     """The Colab copy's cell: the stubs and their checks."""
-    return IMPORT + "\n\n\n" + "\n\n\n".join(_strip_import(exercises.stub(name)) for name in names)
+    return _own_names(IMPORT + "\n\n\n" + "\n\n\n".join(_strip_import(exercises.stub(name)) for name in names), names)
 
 
-def stub_outputs(names: list[str]) -> list:
-    """What the stub cell prints when run: computed here, by running it."""
-    out = io.StringIO()
+def stub_outputs(names: list[str], execution_count: int | None = None) -> list:
+    """What the stub cell shows when run, computed here by running it as Jupyter would: what it prints,
+    then the value of its last line (``check`` returns ``False``)."""
+    tree = ast.parse(stub_source(names))
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    scope, out = {"__name__": "__your_turn__"}, io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(stub_source(names), "<your turn>", "exec"), {"__name__": "__your_turn__"})  # noqa: S102
-    return [nbformat.v4.new_output("stream", name="stdout", text=out.getvalue())]
+        exec(compile(tree, "<your turn>", "exec"), scope)  # noqa: S102
+        value = eval(compile(ast.Expression(last.value), "<your turn>", "eval"), scope) if last else None  # noqa: S307
+    outputs = [nbformat.v4.new_output("stream", name="stdout", text=out.getvalue())]
+    if value is not None:
+        outputs.append(nbformat.v4.new_output("execute_result", data={"text/plain": repr(value)},
+                                              execution_count=execution_count))
+    return outputs
 
 
 def colab_cell(cell) -> None:
@@ -79,7 +96,7 @@ def colab_cell(cell) -> None:
     if not names:
         return
     cell.source = stub_source(names)
-    cell.outputs = stub_outputs(names)
+    cell.outputs = stub_outputs(names, cell.get("execution_count"))
     tags = [t for t in cell.metadata.get("tags", []) if t != "hide-cell"]
     if tags:
         cell.metadata["tags"] = tags
@@ -88,16 +105,16 @@ def colab_cell(cell) -> None:
 
 
 def markdown(names: list[str]) -> str:
-    funcs = " and ".join(f"`{exercises.signature(n).splitlines()[0].removeprefix('def ').rstrip(':')}`" for n in names)
+    """The text above the cell: a folded box titled with what to write (its title shows; the rest folds)."""
+    funcs = " and ".join(f"`my_{exercises.signature(n).splitlines()[0].removeprefix('def ').rstrip(':')}`" for n in names)
+    helpers = ("`hint(name)` gives a hint and `solution(name)` prints a reference solution" if len(names) > 1 else
+               f"`hint({names[0]!r})` gives a hint and `solution({names[0]!r})` prints a reference solution")
     return (
-        "## Your turn\n\n"
-        f"Write {funcs} yourself. `check` runs your function on random shapes and on the edge cases that "
-        "break implementations, compares it with `tfmini`, and says which case fails, what was expected, "
-        "what came out and the likely cause. "
-        + ("`hint(name)` gives a hint and `solution(name)` prints a reference solution. " if len(names) > 1 else
-           f"`hint({names[0]!r})` gives a hint and `solution({names[0]!r})` prints a reference solution. ")
-        + "In Colab the cell below holds a stub: replace `raise NotImplementedError` with your code and run it. "
-        "On this page it holds a worked solution, folded, and the check it passes."
+        f":::{{admonition}} Your turn: write {funcs}\n:class: tip dropdown\n\n"
+        "`check` runs your function on random shapes and on the edge cases that break implementations, "
+        "compares it with `tfmini`, and says which case fails, what was expected, what came out and the "
+        f"likely cause; {helpers}. In Colab the cell below holds a stub: replace `raise NotImplementedError` "
+        "with your code and run it. On this page it holds a worked solution, folded, and the check it passes.\n:::"
     )
 
 
@@ -105,7 +122,11 @@ def insert(path: Path) -> bool:
     """Add the chapter's "Your turn" cells before "Check your understanding" (else before the summary)."""
     nb = nbformat.read(path, as_version=4)
     names = EXERCISES[path.name[:2]]
-    if any(exercise_names(c) for c in nb.cells):
+    if any(exercise_names(c) for c in nb.cells):  # there already: bring its text up to date
+        for cell in nb.cells:
+            if cell.get("id") == "your-turn-text" and cell.source != markdown(names):
+                cell.source = markdown(names)
+                nbformat.write(nb, path)
         return False
     heads = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
              and re.match(r"## (Check your understanding|Summary)", c.source.lstrip())]

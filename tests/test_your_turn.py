@@ -39,9 +39,10 @@ def test_colab_cell_swaps_the_solution_for_the_stub_and_keeps_other_cells():
     cell = nbformat.v4.new_code_cell(your_turn.solution_source(names))
     cell.metadata = {"tags": ["hide-cell"], "tfmini": {"exercise": names}}
     your_turn.colab_cell(cell)
-    assert "raise NotImplementedError" in cell.source and "check('swiglu', swiglu)" in cell.source
+    assert "raise NotImplementedError" in cell.source and "check('swiglu', my_swiglu)" in cell.source and "def my_rms_norm(" in cell.source
     assert "tags" not in cell.metadata
     assert "not attempted yet" in cell.outputs[0]["text"]
+    assert cell.outputs[1]["data"]["text/plain"] == "False"  # check's value, as Jupyter shows the last line
     other = nbformat.v4.new_code_cell("x = 1")
     your_turn.colab_cell(other)
     assert other.source == "x = 1"
@@ -55,5 +56,5 @@ def test_insert_adds_the_cells_once_before_the_questions(tmp_path):
     nbformat.write(nb, path)
     assert your_turn.insert(path) is True and your_turn.insert(path) is False
     cells = nbformat.read(path, as_version=4).cells
-    assert cells[1].source.startswith("## Your turn") and your_turn.exercise_names(cells[2]) == ["masked_softmax"]
+    assert cells[1].source.startswith(":::{admonition} Your turn: write `my_masked_softmax(scores, mask)") and your_turn.exercise_names(cells[2]) == ["masked_softmax"]
     assert cells[3].source == "## Check your understanding"
