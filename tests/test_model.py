@@ -426,3 +426,93 @@ def test_encoder_only_forward_uses_the_fused_kernel_unless_weights_are_asked(mon
 
     monkeypatch.setattr(attention, "scaled_dot_product_attention", refuse)
     assert_close(model(ids), with_weights, atol=1e-5, rtol=0)
+
+
+def test_kv_cache_is_written_in_place_not_copied_at_every_step():
+    """A KVCache's layers write each step's keys and values into buffers allocated ahead: with
+    ``reserve`` the buffers are allocated once for the whole decoding, and "k" and "v" are views of
+    their first t positions (a plain dict, as a layer's own cache is: nothing more)."""
+    from tfmini import KVCache
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(tiny_config(num_kv_heads=1)).eval()
+    prompt = torch.randint(1, V, (3, 4))
+    state = model.start_decoding(prompt)
+    state["cache"].reserve(4 + 6)
+    ys, storages = prompt, set()
+    with torch.no_grad():
+        for t in range(8):  # the cache holds 4, 5, ..., 11 positions
+            nxt = model.decode_next(ys, state).argmax(-1, keepdim=True)
+            layer = state["cache"][0]
+            storages.add(layer["k"].untyped_storage().data_ptr())
+            assert layer.keys() == {"k", "v"} and layer["k"].shape == (3, 1, ys.shape[1], 8)
+            ys = torch.cat([ys, nxt], dim=1)
+    assert len(storages) == 2  # the reserved buffer, then (past the reservation) one twice as long
+    assert isinstance(state["cache"], KVCache) and state["cache"].length == ys.shape[1] - 1
+    # without a reservation the buffers grow geometrically: a few allocations over many steps
+    state, grown = model.start_decoding(prompt), set()
+    with torch.no_grad():
+        for t in range(4, 24):
+            model.decode_next(torch.randint(1, V, (3, t)), state)
+            grown.add(state["cache"][1]["v"].untyped_storage().data_ptr())
+    assert len(grown) <= 4
+
+
+def test_kv_cache_in_a_plain_list_of_dicts_still_works():
+    """The decoder's layers also fill plain dicts (chapter 10 builds its own cache that way): the same
+    logits as a KVCache, and as the full forward."""
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(tiny_config()).eval()
+    ids = torch.randint(1, V, (2, 7))
+    plain, kv = [{} for _ in model.decoder.layers], model.decoder.new_cache()
+    with torch.no_grad():
+        full = model(ids)
+        for t in range(7):
+            a, _ = model.decoder(ids[:, t:t + 1], cache=plain)
+            b, _ = model.decoder(ids[:, t:t + 1], cache=kv)
+            assert torch.equal(a, b)
+            assert_close(a[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+    assert all(type(layer) is dict and layer["k"].shape[2] == 7 for layer in plain)
+    for p, k in zip(plain, kv):
+        assert p.keys() == k.keys() and torch.equal(p["k"], k["k"]) and torch.equal(p["v"], k["v"])
+
+
+def test_kv_cache_reordered_keeps_its_room_and_its_values():
+    from tfmini import KVCache, select_batch
+    torch.manual_seed(0)
+    model = Transformer(tiny_config()).eval()
+    src, tgt = torch.randint(1, V, (3, 6)), torch.randint(1, V, (3, 4))
+    state = model.start_decoding(src)
+    state["cache"].reserve(10)
+    with torch.no_grad():
+        model.decode_next(tgt, state)
+        index = torch.tensor([2, 2, 0])
+        moved = select_batch(state, index)
+        assert isinstance(moved["cache"], KVCache)
+        for before, after in zip(state["cache"], moved["cache"]):
+            assert after.keys() == {"k", "v", "memory_k", "memory_v"}
+            for name in after:
+                assert torch.equal(after[name], before[name][index])
+            assert after._buffers[0].shape[2] == 10  # the room stays: the next steps write in place
+        a = model.decode_next(torch.cat([tgt[index], tgt[index, :1]], 1), moved)
+        b = model.decode_next(torch.cat([tgt, tgt[:, :1]], 1), state)
+    assert_close(a, b[index], rtol=1e-5, atol=1e-6)
+
+
+def test_decoder_only_lm_rejects_bad_attention_masks():
+    model = DecoderOnlyLM(tiny_config()).eval()
+    ids = torch.randint(1, V, (2, 5))
+    with pytest.raises(ValueError, match=r"attention_mask: expected a bool tensor of shape \(2, 5\) as the ids .*"
+                                         r"got torch.int64 of shape \(2, 5\)"):
+        model(ids, attention_mask=torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention_mask: expected a bool tensor of shape \(2, 5\).*got torch.bool "
+                                         r"of shape \(2, 4\)"):
+        model(ids, attention_mask=torch.ones(2, 4, dtype=torch.bool))
+    empty = torch.ones(2, 5, dtype=torch.bool)
+    empty[1] = False
+    with pytest.raises(ValueError, match=r"attention_mask: expected at least one real token \(True\) in every row, "
+                                         r"got none in rows \[1\]"):
+        model(ids, attention_mask=empty)
+    with pytest.raises(ValueError, match=r"attention_mask: expected at least one real token"):
+        model.start_decoding(ids, attention_mask=empty)
+    with pytest.raises(ValueError, match=r"prompt: expected the prompt \(B, t\) that attention_mask describes, got None"):
+        model.start_decoding(attention_mask=empty)

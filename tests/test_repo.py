@@ -71,16 +71,27 @@ def test_notebook_starts_with_colab_setup_cell(path, repository):
     assert match, (
         f"{path.name}: the first code cell must be the Colab setup cell:\n"
         'import sys\nif "google.colab" in sys.modules:\n'
-        '    %pip install -q "tfmini @ git+<repository url>@<branch>"\n'
+        '    %pip install -q "tfmini @ git+<repository url>@v<version>"\n'
         f"found:\n{source}"
     )
     assert re.search(r"^import sys\b|^import .*\bsys\b", source[: match.start()], re.MULTILINE), (
         f"{path.name}: the setup cell must import sys before testing sys.modules"
     )
-    url, branch = repository
-    assert (match["url"].removesuffix(".git"), match["branch"]) == (url, branch), (
-        f"{path.name} installs from {match['url']}@{match['branch']}, _config.yml says {url}@{branch}"
+    url, _ = repository
+    tag = f"v{tfmini_version()}"
+    assert (match["url"].removesuffix(".git"), match["branch"]) == (url, tag), (
+        f"{path.name} installs from {match['url']}@{match['branch']}; expected {url}@{tag}, the release whose "
+        "code produced the outputs (bash scripts/execute.sh pins it; see the README's 'Cut a release')"
     )
+
+
+def tfmini_version() -> str:
+    return re.search(r'^__version__ = "([^"]+)"', (ROOT / "tfmini" / "__init__.py").read_text(), re.MULTILINE)[1]
+
+
+def test_the_package_and_pyproject_agree_on_the_version():
+    pyproject = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1]
+    assert pyproject == tfmini_version()
 
 
 def toc_files(node) -> list[str]:

@@ -339,3 +339,12 @@ def test_pre_tokenization_equals_hugging_face_on_any_text(tok, text):
     b2u = _byte_level_alphabet()
     hf = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     assert ["".join(b2u[b] for b in c.encode()) for c in tok.split(text)] == [w for w, _ in hf.pre_tokenize_str(text)]
+
+
+@pytest.mark.parametrize("errors, tail", [("replace", "\ufffd"), ("ignore", "")])
+def test_decode_of_a_cut_character_keeps_the_lone_surrogates(errors, tail):
+    """Ids that cut a character in two fall back to ``errors`` for those bytes only: a lone surrogate
+    of the text (encoded with surrogatepass) still decodes to itself."""
+    tok = BPETokenizer([])  # bytes only
+    ids = tok.encode("a\ud800b") + list("é".encode())[:1]  # the first byte of a two-byte character
+    assert tok.decode(ids, errors=errors) == "a\ud800b" + tail

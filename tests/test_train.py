@@ -434,6 +434,108 @@ def test_fit_seeds_each_data_parallel_rank_differently(monkeypatch):
     assert any(not torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
+def _ranks_gradient(monkeypatch, model, batch, loss_fn, world=2):
+    """The gradient DDP would apply (the average over ``world`` simulated ranks of the gradients of
+    their scaled losses, from :func:`tfmini.distributed._data_parallel_loss`) and the logged loss.
+    ``all_reduce`` sums what the ranks pass to it, call by call: a first pass records it."""
+    from tfmini import distributed
+    parts = [distributed.shard(batch, r, world) for r in range(world)]
+    seen = []
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda t: seen.append(t.clone()))
+    for part in parts:
+        distributed._data_parallel_loss(model, part, world, 0, 0.0, loss_fn, (part[0].shape[0], batch[0].shape[0]))
+    summed = seen[0] + seen[1]
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda t: t.copy_(summed))
+    grads, logged = [], None
+    for part in parts:
+        model.zero_grad()
+        loss, logged = distributed._data_parallel_loss(model, part, world, 0, 0.0, loss_fn,
+                                                       (part[0].shape[0], batch[0].shape[0]))
+        loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    return sum(grads) / world, logged
+
+
+def _gradient(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_data_parallel_custom_loss_is_weighted_by_tokens(monkeypatch):
+    """A custom loss that returns (mean, count): the ranks' gradients average to the gradient of the
+    mean over all the batch's tokens, though the two halves score very different numbers of tokens
+    (the mean of the two halves' means would be another loss)."""
+    cfg, data = copy_setup(8)
+    model = new_model(cfg)
+    src, tgt = next(iter(Batches(data, 8, shuffle=False)))
+    tgt = tgt.clone()
+    tgt[:4, 2:] = cfg.pad_id  # the first half scores few tokens
+
+    def token_loss(m, batch):
+        s, t = batch
+        logits = m(s, t[:, :-1])
+        gold = t[:, 1:]
+        return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=cfg.pad_id), (gold != cfg.pad_id).sum()
+
+    whole = _gradient(model, token_loss(model, (src, tgt))[0])
+    ddp, logged = _ranks_gradient(monkeypatch, model, (src, tgt), token_loss)
+    torch.testing.assert_close(ddp, whole, rtol=1e-5, atol=1e-7)
+    assert logged.item() == pytest.approx(token_loss(model, (src, tgt))[0].item(), rel=1e-5)
+    halves = [token_loss(model, (src[i:i + 4], tgt[i:i + 4]))[0] for i in (0, 4)]
+    naive = _gradient(model, (halves[0] + halves[1]) / 2)
+    assert (naive - whole).norm() > 0.05 * whole.norm()  # not vacuous: the mean of means is another loss
+
+
+def test_data_parallel_custom_mean_loss_is_weighted_by_rows(monkeypatch):
+    """A custom loss that returns only its mean, over rows of equal weight: 5 rows on two ranks (3 and 2)
+    still give the gradient of the mean over the 5 rows."""
+    cfg, data = copy_setup(8)
+    model = new_model(cfg)
+    src, tgt = next(iter(Batches(data, 5, shuffle=False)))
+
+    def row_loss(m, batch):  # one number per row: its summed token loss; the mean over rows
+        s, t = batch
+        logits = m(s, t[:, :-1])
+        return F.cross_entropy(logits.transpose(1, 2), t[:, 1:], reduction="none").sum(1).mean()
+
+    whole = _gradient(model, row_loss(model, (src, tgt)))
+    ddp, _ = _ranks_gradient(monkeypatch, model, (src, tgt), row_loss)
+    torch.testing.assert_close(ddp, whole, rtol=1e-5, atol=1e-7)
+
+
+def test_fit_takes_a_custom_loss_with_its_count():
+    cfg, data = copy_setup()
+    runs = []
+    for pair in (False, True):
+        model = new_model(cfg)
+
+        def loss_fn(m, batch, pair=pair):
+            loss = batch_loss(m, batch)
+            return (loss, 17) if pair else loss
+
+        hist = fit(model, Batches(data, 8, seed=0), steps=3, log_every=1, progress=False, loss_fn=loss_fn)
+        runs.append((hist.loss, model.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    assert all(torch.equal(runs[0][1][k], runs[1][1][k]) for k in runs[0][1])
+    with pytest.raises(ValueError, match=r"loss_fn: expected a scalar loss or a pair \(mean loss, number of scored "
+                                         r"tokens\), got a tuple of 3"):
+        fit(new_model(cfg), Batches(data, 8, seed=0), steps=1, progress=False,
+            loss_fn=lambda m, b: (batch_loss(m, b), 1, 2))
+
+
+def test_train_and_checkpoint_do_not_import_each_other():
+    """tfmini.checkpoint imports tfmini.train; tfmini.train looks fit_or_load up only when asked for it."""
+    import ast
+    import inspect
+
+    import tfmini.checkpoint
+    import tfmini.train
+    assert "checkpoint" not in [node.module for node in ast.parse(inspect.getsource(tfmini.train)).body
+                                if isinstance(node, ast.ImportFrom)]
+    assert tfmini.train.fit_or_load is tfmini.checkpoint.fit_or_load
+
+
 def test_evaluate_by_length_bins_by_source_length():
     from tfmini import Vocab, evaluate_by_length, reverse_task
 

@@ -3,7 +3,8 @@
 Modules, one concept each: :mod:`~tfmini.attention`, :mod:`~tfmini.masks`, :mod:`~tfmini.positional`,
 :mod:`~tfmini.layers`, :mod:`~tfmini.rnn`, :mod:`~tfmini.model`, :mod:`~tfmini.decoding`,
 :mod:`~tfmini.data`, :mod:`~tfmini.tokenizer`, :mod:`~tfmini.huggingface`, :mod:`~tfmini.pretraining`, :mod:`~tfmini.schedules`, :mod:`~tfmini.losses`, :mod:`~tfmini.train`,
-:mod:`~tfmini.checkpoint`, :mod:`~tfmini.evaluation`, :mod:`~tfmini.distributed`, :mod:`~tfmini.plot`.
+:mod:`~tfmini.checkpoint`, :mod:`~tfmini.evaluation`, :mod:`~tfmini.distributed`, :mod:`~tfmini.plot`,
+:mod:`~tfmini.weights` (real checkpoints from pinned pip packages, offline).
 """
 from .attention import (AdditiveScore, BahdanauAttention, BilinearScore, DotScore, MultiHeadAttention,
                         masked_softmax, scaled_dot_product_attention)
@@ -13,8 +14,8 @@ from .decoding import beam_search, generate, greedy_decode, sample, select_batch
 from .huggingface import from_huggingface
 from .layers import DecoderLayer, EncoderLayer, FeedForward, RMSNorm, SwiGLU
 from .masks import attention_mask, causal_mask, mask_from_ids, mask_from_lengths, pad_mask, padding_mask
-from .model import (Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, KVCache, TokenEmbedding, Transformer,
-                    TransformerConfig)
+from .model import (Decoder, DecoderOnlyLM, Encoder, EncoderOnlyLM, EncoderOnlyModel, KVCache, TokenEmbedding,
+                    Transformer, TransformerConfig)
 from .positional import (LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, apply_rope,
                          rope_cos_sin, rotate_half, sinusoidal_positional_encoding)
 from .pretraining import (IGNORE_INDEX, PYTHON_SOURCE_MODULES, lm_windows, mask_tokens, masked_lm_loss,
@@ -27,6 +28,6 @@ from .evaluation import evaluate, evaluate_by_length, sequence_accuracy, token_a
 from .losses import batch_loss
 from .schedules import transformer_lr, warmup_schedule
 
-from . import distributed, notebook, plot
+from . import distributed, notebook, plot, weights
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -5,9 +5,14 @@ Shapes: B batch, T sequence length, D d_model, H heads, Dh head width.
 The two absolute encodings add positions to their input and take an ``offset`` (the number of
 positions already processed) so that incremental decoding with a KV cache gives token ``t`` the
 position ``t``. Rotary positions are not added to the input: :func:`apply_rope` rotates every query
-and key inside attention, and :class:`RotaryEmbedding` holds the ``(cos, sin)`` tables.
+and key inside attention, and :class:`RotaryEmbedding` holds the ``(cos, sin)`` tables. Llama 3.x
+stretches RoPE's slow frequencies for long contexts (:func:`llama3_rope_frequencies`); a ``scaling``
+dict in Hugging Face's ``rope_parameters`` form selects it.
 """
 from __future__ import annotations
+
+import math
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -15,7 +20,11 @@ from torch import nn
 from ._checks import check_3d
 
 __all__ = ["sinusoidal_positional_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEncoding",
-           "rope_cos_sin", "rotate_half", "apply_rope", "RotaryEmbedding"]
+           "rope_frequencies", "llama3_rope_frequencies", "rope_cos_sin", "rotate_half", "apply_rope",
+           "RotaryEmbedding"]
+
+# The keys of a Llama 3 scaling dict (Hugging Face's rope_parameters), besides "rope_type": "llama3".
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
@@ -111,19 +120,103 @@ class LearnedPositionalEncoding(nn.Module):
         return self.drop(x + self.embedding(positions).to(x.dtype))
 
 
-def rope_cos_sin(positions, head_dim: int, theta: float = 10000.0):
+def llama3_rope_frequencies(inv_freq: torch.Tensor, factor: float, low_freq_factor: float,
+                            high_freq_factor: float, original_max_position_embeddings: int) -> torch.Tensor:
+    r"""Llama 3.x's rescaling of RoPE's frequencies, for contexts longer than the training one.
+
+    With wavelength :math:`\lambda_i = 2\pi / \theta_i` and the original context length :math:`L`:
+    a frequency whose wavelength is shorter than :math:`L / \text{high\_freq\_factor}` (the fast
+    ones, which resolve nearby positions) is kept; one whose wavelength is longer than
+    :math:`L / \text{low\_freq\_factor}` is divided by ``factor`` (so its angle at position
+    ``factor * L`` is the one it had at ``L``); in between, it interpolates smoothly, with weight
+    :math:`s = (L / \lambda_i - \text{low}) / (\text{high} - \text{low})` on the kept one:
+    :math:`(1 - s)\,\theta_i / \text{factor} + s\,\theta_i`. This is ``rope_type: "llama3"`` of
+    Hugging Face's ``rope_parameters`` (Llama 3.1 and 3.2: ``factor`` 8 or 32, ``low_freq_factor``
+    1, ``high_freq_factor`` 4, ``original_max_position_embeddings`` 8192).
+
+    Args:
+        inv_freq: the unscaled frequencies :math:`\theta_i` ``(Dh/2,)``, e.g. ``rope_frequencies(Dh, theta)``.
+        factor: how much longer the new context is (> 0).
+        low_freq_factor, high_freq_factor: the wavelength thresholds are ``L / low_freq_factor`` and
+            ``L / high_freq_factor``; ``0 < low_freq_factor < high_freq_factor``.
+        original_max_position_embeddings: ``L``, the context length the model was first trained on (>= 1).
+
+    Returns:
+        the scaled frequencies, same shape and dtype as ``inv_freq``.
+
+    Raises:
+        ValueError: a factor out of range, or ``inv_freq`` not a 1-D floating tensor.
+    """
+    if not isinstance(inv_freq, torch.Tensor) or inv_freq.dim() != 1 or not inv_freq.dtype.is_floating_point:
+        got = f"{inv_freq.dtype} of shape {tuple(inv_freq.shape)}" if isinstance(inv_freq, torch.Tensor) else type(inv_freq).__name__
+        raise ValueError(f"inv_freq: expected a 1-D floating tensor (Dh/2,), got {got}")
+    if not factor > 0:
+        raise ValueError(f"factor: expected > 0, got {factor!r}")
+    if not 0 < low_freq_factor < high_freq_factor:
+        raise ValueError(f"low_freq_factor, high_freq_factor: expected 0 < low_freq_factor < high_freq_factor, "
+                         f"got {low_freq_factor!r} and {high_freq_factor!r}")
+    if not original_max_position_embeddings >= 1:
+        raise ValueError(f"original_max_position_embeddings: expected >= 1, got {original_max_position_embeddings!r}")
+    L = original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq  # (Dh/2,)
+    scaled = torch.where(wavelen > L / low_freq_factor, inv_freq / factor, inv_freq)  # slow ones divided
+    smooth = (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    medium = (wavelen >= L / high_freq_factor) & (wavelen <= L / low_freq_factor)
+    return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+
+
+def rope_frequencies(head_dim: int, theta: float = 10000.0, scaling: Optional[Mapping] = None) -> torch.Tensor:
+    r"""RoPE's frequencies :math:`\theta_i = \text{theta}^{-2i/D_h}`, :math:`i = 0 .. D_h/2 - 1`, in float64.
+
+    Args:
+        head_dim: the head width ``Dh`` (even).
+        theta: the base of the frequencies (> 0).
+        scaling: None (plain RoPE), or a dict in the form of Hugging Face's ``rope_parameters``:
+            ``{"rope_type": "default"}`` (the same as None) or ``{"rope_type": "llama3", "factor": ..,
+            "low_freq_factor": .., "high_freq_factor": .., "original_max_position_embeddings": ..}``
+            (:func:`llama3_rope_frequencies`; other keys, such as ``"rope_theta"``, are ignored).
+
+    Returns:
+        float64 ``(Dh/2,)``.
+
+    Raises:
+        ValueError: an odd ``head_dim``, ``theta <= 0``, or a ``scaling`` of another type or without its keys.
+    """
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim: expected an even number >= 2, got {head_dim}")
+    if not theta > 0:
+        raise ValueError(f"theta: expected > 0, got {theta}")
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (Dh/2,)
+    if scaling is None:
+        return inv_freq
+    if not isinstance(scaling, Mapping):
+        raise ValueError(f"scaling: expected None or a dict with 'rope_type', got {type(scaling).__name__}")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    if kind != "llama3":
+        raise ValueError(f"scaling: expected rope_type 'default' or 'llama3', got {kind!r}")
+    missing = [k for k in LLAMA3_KEYS if k not in scaling]
+    if missing:
+        raise ValueError(f"scaling: expected the keys {list(LLAMA3_KEYS)} for rope_type 'llama3', missing {missing}")
+    return llama3_rope_frequencies(inv_freq, *(scaling[k] for k in LLAMA3_KEYS))
+
+
+def rope_cos_sin(positions, head_dim: int, theta: float = 10000.0, scaling: Optional[Mapping] = None):
     r"""The rotation tables of RoPE for the given positions, in the half-split layout.
 
-    Frequency :math:`\theta_i = \text{theta}^{-2i/D_h}`, :math:`i = 0 .. D_h/2 - 1`, and angle
-    :math:`p\,\theta_i` for position :math:`p`. Column ``i`` and column ``i + Dh/2`` hold the same
-    angle: dimension ``i`` is paired with dimension ``i + Dh/2`` (Hugging Face's Llama and GPT-NeoX
-    convention), not with ``i + 1`` as in the sinusoidal table. The two layouts differ by a fixed
-    permutation of the head dimensions. Angles are computed in float64, then rounded to float32.
+    Frequency :math:`\theta_i = \text{theta}^{-2i/D_h}`, :math:`i = 0 .. D_h/2 - 1` (rescaled as
+    ``scaling`` says, :func:`rope_frequencies`), and angle :math:`p\,\theta_i` for position
+    :math:`p`. Column ``i`` and column ``i + Dh/2`` hold the same angle: dimension ``i`` is paired
+    with dimension ``i + Dh/2`` (Hugging Face's Llama and GPT-NeoX convention), not with ``i + 1`` as
+    in the sinusoidal table. The two layouts differ by a fixed permutation of the head dimensions.
+    Angles are computed in float64, then rounded to float32.
 
     Args:
         positions: an int ``T`` (positions ``0 .. T - 1``) or a 1-D tensor of positions.
         head_dim: the head width ``Dh`` (even).
         theta: the base of the frequencies.
+        scaling: None, or Llama 3's frequency scaling as in :func:`rope_frequencies`.
 
     Returns:
         ``(cos, sin)``, each float32 ``(T, Dh)``.
@@ -131,17 +224,13 @@ def rope_cos_sin(positions, head_dim: int, theta: float = 10000.0):
     Shape:
         positions ``(T,)`` -> cos, sin ``(T, Dh)``.
     """
-    if head_dim < 2 or head_dim % 2:
-        raise ValueError(f"head_dim: expected an even number >= 2, got {head_dim}")
-    if not theta > 0:
-        raise ValueError(f"theta: expected > 0, got {theta}")
+    inv_freq = rope_frequencies(head_dim, theta, scaling)  # checks head_dim, theta and scaling
     if isinstance(positions, int):
         if positions < 1:
             raise ValueError(f"positions: expected a length >= 1, got {positions}")
         positions = torch.arange(positions)
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
         raise ValueError(f"positions: expected an int or a 1-D tensor, got {positions!r}")
-    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (Dh/2,)
     angle = positions.to(torch.float64)[:, None] * inv_freq.to(positions.device)  # (T, Dh/2)
     angle = torch.cat([angle, angle], dim=-1)  # (T, Dh)
     return angle.cos().float(), angle.sin().float()
@@ -196,6 +285,7 @@ class RotaryEmbedding(nn.Module):
         head_dim: the head width ``Dh`` (even).
         max_len: number of positions in the tables.
         theta: the base of the frequencies.
+        scaling: None, or Llama 3's frequency scaling (a dict, as in :func:`rope_frequencies`).
 
     ``forward(length, offset=0)`` returns ``(cos, sin)`` for the positions ``offset .. offset + length - 1``;
     positions past ``max_len`` raise ``ValueError``.
@@ -204,10 +294,11 @@ class RotaryEmbedding(nn.Module):
         cos, sin ``(length, Dh)`` each.
     """
 
-    def __init__(self, head_dim: int, max_len: int = 512, theta: float = 10000.0):
+    def __init__(self, head_dim: int, max_len: int = 512, theta: float = 10000.0, scaling: Optional[Mapping] = None):
         super().__init__()
         self.head_dim, self.max_len, self.theta = head_dim, max_len, theta
-        cos, sin = rope_cos_sin(max_len, head_dim, theta)
+        self.scaling = dict(scaling) if scaling is not None else None
+        cos, sin = rope_cos_sin(max_len, head_dim, theta, self.scaling)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 

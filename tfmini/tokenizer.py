@@ -10,10 +10,17 @@ and repeatedly replaces the most frequent pair by a new id (Sennrich et al., 201
 ``id < 256`` is the byte ``id``; ``id = 256 + i`` is the ``i``-th merge. A tokenizer is its list of
 merges and its split pattern, nothing else. What counts as a letter, a number or a space when cutting
 chunks follows this Python's Unicode tables (:mod:`unicodedata`), not those of the ``regex`` package.
+
+:meth:`BPETokenizer.from_huggingface` reads a trained byte-level BPE tokenizer of Hugging Face's
+(GPT-2's, SmolLM2's, Llama 3's): its vocabulary numbers the tokens its own way (the bytes are not ids
+0 to 255), its merges have ranks apart from ids, its pre-tokenizer may be a sequence of splits (a
+regular expression, single digits), and its added tokens (``<|endoftext|>``, ``<|im_end|>``) are
+taken out of the text before anything else, as Hugging Face's tokenizer does.
 """
 from __future__ import annotations
 
 import codecs
+import functools
 import heapq
 import json
 import operator
@@ -21,7 +28,7 @@ import re
 import unicodedata
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = ["BPETokenizer", "GPT2_SPLIT_PATTERN", "gpt2_byte_chars", "gpt2_split_regex", "merge_pair", "pair_counts"]
 
@@ -38,11 +45,13 @@ _WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u20
 _GPT2_REGEX: Optional["re.Pattern"] = None
 
 
+@functools.lru_cache(maxsize=None)
 def _category_class(first_letter: str) -> str:
-    """The body of a character class of every code point whose Unicode category starts with the letter."""
+    """The body of a character class of every code point whose Unicode category starts with
+    ``first_letter`` (one letter, ``"L"``, or a whole category, ``"Lu"``)."""
     parts, start = [], None
     for cp in range(0x110001):
-        inside = cp < 0x110000 and unicodedata.category(chr(cp))[0] == first_letter
+        inside = cp < 0x110000 and unicodedata.category(chr(cp)).startswith(first_letter)
         if inside and start is None:
             start = cp
         elif not inside and start is not None:
@@ -76,6 +85,51 @@ def gpt2_byte_chars() -> List[str]:
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     extra = iter(range(256, 512))
     return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+def _onig_to_re(pattern: str) -> str:
+    r"""A regular expression of Hugging Face's tokenizers (Oniguruma syntax) for Python's :mod:`re`:
+    ``\p{L}``, ``\p{N}``, ``\p{Lu}``... and ``\s``, ``\S`` spelled out from :mod:`unicodedata` and
+    Unicode's White_Space, inside character classes too. Python 3.11's :mod:`re` has the rest (scoped
+    flags ``(?i:...)``, possessive quantifiers)."""
+    out, i, depth = [], 0, 0  # depth > 0: inside [...]
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt in "pP" and pattern[i + 2:i + 3] == "{":
+                end = pattern.index("}", i)
+                body = _category_class(pattern[i + 3:end])
+                if nxt == "P" and depth:
+                    raise ValueError(f"pattern: \\P{{...}} inside a character class is not supported, got {pattern!r}")
+                out.append(body if depth else (f"[{body}]" if nxt == "p" else f"[^{body}]"))
+                i = end + 1
+                continue
+            if nxt in "sS":
+                if nxt == "S" and depth:
+                    raise ValueError(f"pattern: \\S inside a character class is not supported, got {pattern!r}")
+                out.append(_WHITE_SPACE if depth else (f"[{_WHITE_SPACE}]" if nxt == "s" else f"[^{_WHITE_SPACE}]"))
+                i += 2
+                continue
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[" and depth == 0:
+            depth = 1
+            out.append(c)
+            if pattern[i + 1:i + 2] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i + 1:i + 2] == "]":  # a literal ] first in a class
+                out.append("\\]")
+                i += 1
+        elif c == "]" and depth:
+            depth = 0
+            out.append(c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
 
 
 Pair = Tuple[int, int]
@@ -131,6 +185,25 @@ def _to_bytes(text: str) -> bytes:
     return text.encode("utf-8", errors="surrogatepass")
 
 
+def _surrogatepass_or(errors: str) -> str:
+    """The name of a decode error handler that keeps encoded surrogates (``"surrogatepass"``) and hands
+    every other invalid byte to the handler ``errors``."""
+    name = f"tfmini.surrogatepass+{errors}"
+    try:
+        codecs.lookup_error(name)
+    except LookupError:
+        keep, other = codecs.lookup_error("surrogatepass"), codecs.lookup_error(errors)
+
+        def handler(exc):
+            try:
+                return keep(exc)
+            except UnicodeDecodeError:
+                return other(exc)
+
+        codecs.register_error(name, handler)
+    return name
+
+
 class BPETokenizer:
     """A byte-level BPE tokenizer: ``encode(str) -> list[int]``, ``decode(list[int]) -> str``.
 
@@ -146,6 +219,10 @@ class BPETokenizer:
 
     ``merges``, ``vocab`` and ``ranks`` describe the tokenizer; treat them as read-only (a changed
     list would disagree with the other two and with the cache of encoded chunks).
+
+    A tokenizer made by :meth:`from_huggingface` has Hugging Face's ids, and :attr:`special`, the
+    added tokens that :meth:`encode` finds in a text; :meth:`save` refuses it (save the Hugging Face
+    tokenizer instead).
     """
 
     def __init__(self, merges: Iterable[Sequence[int]] = (), pattern: str = GPT2_SPLIT_PATTERN):
@@ -168,9 +245,17 @@ class BPETokenizer:
             self.merges.append(pair)
             self.vocab.append(self.vocab[pair[0]] + self.vocab[pair[1]])
         self.ranks: Dict[Pair, int] = {pair: 256 + i for i, pair in enumerate(self.merges)}
-        """``ranks[(a, b)]`` is the id the pair merges into; a lower id is an earlier merge."""
+        """``ranks[(a, b)]`` is the id the pair merges into; a lower id is an earlier merge (of a trained
+        tokenizer: one from :meth:`from_huggingface` keeps its merges' order apart, in ``_priority``)."""
         if len(self.ranks) != len(self.merges):
             raise ValueError("merges: expected each pair at most once, got a repeated pair")
+        self.special: Dict[str, int] = {}
+        """Added tokens (text -> id) that :meth:`encode` takes out of a text whole; empty unless from Hugging Face."""
+        self._priority: Dict[Pair, int] = self.ranks  # pair -> merge order (lower first)
+        self._byte_ids: Optional[List[Optional[int]]] = None  # id of each byte (None: the byte value itself)
+        self._steps: Optional[List["re.Pattern"]] = None  # Hugging Face's pre-tokenizer: isolating splits
+        self._special_re: Optional["re.Pattern"] = None
+        self._whole: Optional[Dict[bytes, int]] = None  # ignore_merges: a chunk in the vocabulary is one token
         self._cache: Dict[str, Tuple[int, ...]] = {}
 
     @property
@@ -187,6 +272,8 @@ class BPETokenizer:
         return self._chunks(text)
 
     def _chunks(self, text: str) -> List[str]:
+        if self._steps is not None:
+            return self._hf_chunks(text)
         chunks = [m.group(0) for m in self._split.finditer(text)]
         if sum(map(len, chunks)) != len(text):           # only a custom pattern can leave characters out
             raise ValueError(f"pattern: its matches do not cover the text (they take {sum(map(len, chunks))} of "
@@ -261,19 +348,32 @@ class BPETokenizer:
         return cls(merges, pattern=pattern)
 
     def _encode_chunk(self, chunk: str) -> Tuple[int, ...]:
-        ids = list(_to_bytes(chunk))
+        if chunk in self.special:
+            return (self.special[chunk],)
+        data = _to_bytes(chunk)
+        if self._whole is not None and data in self._whole:
+            return (self._whole[data],)
+        if self._byte_ids is None:
+            ids = list(data)
+        else:  # a byte without a token is dropped, as Hugging Face's BPE without an unknown token drops it
+            ids = [i for i in map(self._byte_ids.__getitem__, data) if i is not None]
+        priority, never = self._priority, 1 << 62
         while len(ids) >= 2:
-            new_id = min((self.ranks.get(p, 1 << 62) for p in zip(ids, ids[1:])))  # the earliest merge present
-            if new_id == 1 << 62:
+            pair = min(zip(ids, ids[1:]), key=lambda p: priority.get(p, never))  # the earliest merge present
+            if pair not in priority:
                 break
-            ids = merge_pair(ids, self.merges[new_id - 256], new_id)
+            ids = merge_pair(ids, pair, self.ranks[pair])
         return tuple(ids)
 
     def encode(self, text: str) -> List[int]:
         """The token ids of ``text``: each chunk's bytes, merged by rank (the earliest merge first).
 
         The ids of each distinct chunk are cached, so a chunk that recurs is merged only once while
-        it stays in the cache (which is emptied when it reaches 100,000 chunks)."""
+        it stays in the cache (which is emptied when it reaches 100,000 chunks). An added token of a
+        tokenizer from :meth:`from_huggingface` (:attr:`special`) is one id wherever its text occurs,
+        as with Hugging Face's ``encode(text, add_special_tokens=False)``: the text
+        ``"<|im_end|>"`` is the end-of-turn token, not ten characters. Text from a user that must
+        not smuggle in control tokens should be cleaned of them first."""
         _check_text(text, "text")
         out: List[int] = []
         cache = self._cache
@@ -316,10 +416,16 @@ class BPETokenizer:
         except UnicodeDecodeError as e:
             if errors == "strict":
                 raise ValueError(f"ids: their bytes are not valid UTF-8 ({e.reason} at byte {e.start})") from None
-            return data.decode("utf-8", errors=errors)
+            return data.decode("utf-8", errors=_surrogatepass_or(errors))  # surrogates kept, other bytes to errors
 
     def save(self, path: Union[str, Path]) -> None:
-        """Write the tokenizer (its pattern and merges) to ``path`` as JSON."""
+        """Write the tokenizer (its pattern and merges) to ``path`` as JSON.
+
+        A tokenizer from :meth:`from_huggingface` is not written (``ValueError``): it is the Hugging
+        Face tokenizer's files, which ``hf_tokenizer.save_pretrained`` writes."""
+        if self._steps is not None:
+            raise ValueError("self: a tokenizer from BPETokenizer.from_huggingface is saved as Hugging Face's "
+                             "(hf_tokenizer.save_pretrained(folder)); save writes only merges-and-pattern tokenizers")
         data = {"format": "tfmini-bpe", "version": 1, "pattern": self.pattern, "merges": [list(m) for m in self.merges]}
         Path(path).write_text(json.dumps(data), encoding="utf-8")
 
@@ -336,3 +442,140 @@ class BPETokenizer:
         if not isinstance(data.get("merges"), list) or not isinstance(data.get("pattern"), str):
             raise ValueError(f"path: {path} has no list of merges and pattern string")
         return cls(data["merges"], pattern=data["pattern"])
+
+    def _hf_chunks(self, text: str) -> List[str]:
+        """Hugging Face's order: added tokens out first, then each split of the pre-tokenizer in turn,
+        each keeping both its matches and the text between them ("Isolated")."""
+        pieces = [m.group(0) for m in self._special_re.finditer(text)] if self._special_re is not None else [text]
+        for regex in self._steps:
+            split = []
+            for piece in pieces:
+                if piece in self.special:
+                    split.append(piece)
+                    continue
+                at = 0
+                for m in regex.finditer(piece):
+                    if m.start() > at:
+                        split.append(piece[at:m.start()])
+                    if m.end() > m.start():
+                        split.append(m.group(0))
+                    at = m.end()
+                if at < len(piece):
+                    split.append(piece[at:])
+            pieces = split
+        return [p for p in pieces if p]
+
+    @classmethod
+    def from_huggingface(cls, hf_tokenizer: Any) -> "BPETokenizer":
+        """A tokenizer that encodes as a Hugging Face byte-level BPE tokenizer does, id for id.
+
+        ``encode(text)`` equals ``hf_tokenizer.encode(text, add_special_tokens=False)`` and ``decode``
+        inverts it; the ids are Hugging Face's. What is read from the tokenizer's JSON
+        (``backend_tokenizer``): the vocabulary (each token's characters mapped back to bytes through
+        :func:`gpt2_byte_chars`), the merges in their order, the pre-tokenizer (``ByteLevel``, whose
+        ``use_regex`` is GPT-2's pattern, ``Split`` on a regular expression, translated for Python's
+        :mod:`re`, and ``Digits``, alone or in a ``Sequence``), ``ignore_merges``, and the added
+        tokens, which :attr:`special` holds: their text is one id wherever it occurs (see
+        :meth:`encode`), and decoding gives their text back. A byte that has no token (SmolLM2's
+        vocabulary lacks 21: the 13 bytes that UTF-8 never uses and 8 rare control characters such as
+        U+0004) is dropped, as Hugging Face's tokenizer drops it (it has no unknown token); ``decode``
+        cannot give such a byte back.
+
+        Args:
+            hf_tokenizer: a ``transformers`` fast tokenizer (GPT-2's, SmolLM2's), a ``tokenizers.Tokenizer``,
+                or the path of a ``tokenizer.json``.
+
+        Returns:
+            the tokenizer, with ``vocab_size`` Hugging Face's (added tokens included).
+
+        Raises:
+            ValueError: ``hf_tokenizer`` is not one of those, or its tokenizer is not byte-level BPE or
+                uses an option not implemented here (a normalizer, a prefix space, dropout, an added
+                token that strips spaces): the message names it.
+        """
+        if isinstance(hf_tokenizer, (str, Path)):
+            spec = json.loads(Path(hf_tokenizer).read_text(encoding="utf-8"))
+        else:
+            backend = getattr(hf_tokenizer, "backend_tokenizer", hf_tokenizer)
+            if not callable(getattr(backend, "to_str", None)):
+                raise ValueError(f"hf_tokenizer: expected a fast tokenizer of transformers (with a backend_tokenizer), "
+                                 f"a tokenizers.Tokenizer or a tokenizer.json path, got {type(hf_tokenizer).__name__}")
+            spec = json.loads(backend.to_str())
+        return cls._from_json(spec)
+
+    @classmethod
+    def _from_json(cls, spec: dict) -> "BPETokenizer":
+        def refuse(what, got):
+            return ValueError(f"hf_tokenizer: expected {what}, got {got!r} (tfmini does not implement the other)")
+
+        model = spec.get("model") or {}
+        if model.get("type") != "BPE":
+            raise refuse("a model of type 'BPE'", model.get("type"))
+        for key, ok in (("dropout", None), ("continuing_subword_prefix", ""), ("end_of_word_suffix", ""),
+                        ("byte_fallback", False)):
+            if (model.get(key) or ok) != ok:
+                raise refuse(f"model.{key} = {ok!r}", model.get(key))
+        normalizer = spec.get("normalizer")
+        if normalizer and not (normalizer.get("type") == "Sequence" and not normalizer.get("normalizers")):
+            raise refuse("no normalizer (byte-level BPE has none)", normalizer.get("type"))
+        steps, byte_level = [], False
+        pre = spec.get("pre_tokenizer")
+        for step in (pre.get("pretokenizers", []) if pre and pre.get("type") == "Sequence" else [pre] if pre else []):
+            kind = step.get("type")
+            if kind == "ByteLevel":
+                byte_level = True
+                if step.get("add_prefix_space"):
+                    raise refuse("ByteLevel's add_prefix_space = False", True)
+                if step.get("use_regex", True):
+                    steps.append(gpt2_split_regex())
+            elif kind == "Split":
+                if step.get("behavior") != "Isolated" or step.get("invert"):
+                    raise refuse("Split with behavior 'Isolated' and invert False", (step.get("behavior"), step.get("invert")))
+                pat = step.get("pattern", {})
+                steps.append(re.compile(_onig_to_re(pat["Regex"]) if "Regex" in pat else re.escape(pat["String"])))
+            elif kind == "Digits":
+                N = _category_class("N")
+                steps.append(re.compile(f"[{N}]" if step.get("individual_digits") else f"[{N}]+"))
+            else:
+                raise refuse("pre-tokenizers among ByteLevel, Split, Digits", kind)
+        if not byte_level:
+            raise refuse("a ByteLevel pre-tokenizer (byte-level BPE)", pre and pre.get("type"))
+        # the vocabulary: model tokens are byte-level characters, added tokens their own text
+        char_byte = {c: b for b, c in enumerate(gpt2_byte_chars())}
+        by_id: Dict[int, bytes] = {}
+        for token, i in model.get("vocab", {}).items():
+            if any(c not in char_byte for c in token):
+                raise refuse("byte-level tokens (GPT-2's characters for bytes)", token)
+            by_id[i] = bytes(char_byte[c] for c in token)
+        special: Dict[str, int] = {}
+        for added in spec.get("added_tokens", []):
+            for flag in ("single_word", "lstrip", "rstrip"):
+                if added.get(flag):
+                    raise refuse(f"added tokens with {flag} = False", added["content"])
+            special[added["content"]] = added["id"]
+            by_id[added["id"]] = added["content"].encode("utf-8")
+        n = max(by_id) + 1 if by_id else 0
+        if sorted(by_id) != list(range(n)):
+            raise refuse(f"token ids 0 .. {n - 1} without gaps", f"{len(by_id)} ids")
+        ids_of = {token: i for token, i in model.get("vocab", {}).items()}
+        byte_ids = [ids_of.get(c) for c in gpt2_byte_chars()]  # None: a byte the vocabulary lacks
+        tok = cls()
+        tok.vocab = [by_id[i] for i in range(n)]
+        tok.merges, tok.ranks, tok._priority = [], {}, {}
+        for rank, m in enumerate(model.get("merges", [])):
+            a, b = m.split(" ") if isinstance(m, str) else m
+            if a not in ids_of or b not in ids_of or a + b not in ids_of:
+                raise refuse("merges of tokens of the vocabulary into one", m)
+            pair = (ids_of[a], ids_of[b])
+            if pair not in tok._priority:  # as Hugging Face's: the first listing of a pair counts
+                tok.merges.append(pair)
+                tok._priority[pair], tok.ranks[pair] = rank, ids_of[a + b]
+        tok._byte_ids, tok._steps, tok.special = byte_ids, steps, special
+        if special:  # the longest first, so that a token inside a longer one never wins
+            alternatives = "|".join(re.escape(t) for t in sorted(special, key=len, reverse=True))
+            tok._special_re = re.compile(f"{alternatives}|(?:(?!{alternatives})[\\s\\S])+")
+        if model.get("ignore_merges"):
+            tok._whole = {by_id[i]: i for i in ids_of.values()}
+        tok.pattern = next((s.get("pattern", {}).get("Regex") for s in ([pre] + (pre or {}).get("pretokenizers", []))
+                            if s and s.get("type") == "Split"), GPT2_SPLIT_PATTERN)
+        return tok
