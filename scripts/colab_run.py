@@ -5,8 +5,10 @@
     python scripts/colab_run.py --jobs 2            # two notebooks at a time, one thread each
     python scripts/colab_run.py --jobs 2 --record   # time a reader's default run: intro.md's "Default run" column
     python scripts/colab_run.py --prepare           # only build .venv-colab (scripts/test.sh starts it early)
-    python scripts/colab_run.py --nbval --full --jobs 2  # stage 3 of scripts/test.sh: compare the outputs
-                                                         # of every study computed in full (TFMINI_FULL=1)
+    python scripts/colab_run.py --nbval --jobs 2    # stage 3 of scripts/test.sh: a reader's default run,
+                                                    # every output compared with the committed one
+    python scripts/colab_run.py --full --jobs 2     # and every study computed in full (TFMINI_FULL=1), in
+                                                    # the chapters that have studies: it must run and assert
 
 What a reader who opens a chapter in Colab has, and what this script recreates locally:
 
@@ -275,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs: expected >= 1, got {args.jobs}")
     notebooks = [p.resolve() for p in args.notebooks] or sorted(folder.glob("*.ipynb"))
+    if args.full and not args.notebooks:  # the chapters whose full run differs from the default one
+        notebooks = [p for p in notebooks if "study(" in p.read_text(encoding="utf-8")]
     if missing := [str(p) for p in notebooks if not p.is_file()]:
         parser.error(f"no such notebook: {', '.join(missing)}")
     if not notebooks:

@@ -41,8 +41,10 @@ def test_no_myst_left(path):
 def test_code_cells_are_the_chapters(chapter):
     def code(path: Path) -> list[tuple]:
         nb = nbformat.read(path, as_version=4)
-        if path == chapter:  # the copy's setup cell also installs what the chapter declares
+        if path == chapter:  # the copy's setup cell also installs what the chapter declares,
             colab.add_colab_installs(nb, path.name)
+            for cell in nb.cells:  # and its "Your turn" cells hold the stubs (scripts/your_turn.py)
+                colab.your_turn.colab_cell(cell)
         return [(c.source, c.outputs, c.execution_count) for c in nb.cells if c.cell_type == "code"]
 
     assert code(ROOT / colab.COLAB / chapter.name) == code(chapter), (
