@@ -251,7 +251,7 @@ def kv_cache() -> dict:
     Five, not four: the chapter's model has four heads, and a step count equal to the number of heads
     would make the cache's shape (B, H, t, d/H) ambiguous to read."""
     model, src, _ = _chapter_model(10, 1)  # chapter 10's validation batch
-    rows, steps = slice_stop(10, "long_src"), 5
+    rows, steps = slice_stop(10, "few_src"), 5
     with torch.no_grad():
         state = model.start_decoding(src[:rows])
         ys = torch.full((rows, 1), 1)
