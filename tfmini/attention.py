@@ -251,6 +251,54 @@ def _fused_attention(q, k, v, attn_mask, dropout_p, is_causal):
     return out.masked_fill(row_off, 0.0)  # (..., T, Dv)
 
 
+def _consecutive(tensors) -> Optional[torch.Tensor]:
+    """The tensors stacked along dim 0 as a view of their storage, if they lie one after another in it
+    (contiguous, same dtype and trailing shape); None otherwise. Nothing is copied."""
+    first = tensors[0]
+    ptr, offset = first.untyped_storage().data_ptr(), first.storage_offset()
+    for t in tensors:
+        if (not t.is_contiguous() or t.dtype != first.dtype or t.shape[1:] != first.shape[1:]
+                or t.untyped_storage().data_ptr() != ptr or t.storage_offset() != offset):
+            return None
+        offset += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return first.detach().as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+
+
+# F.scaled_dot_product_attention reads grouped key/value heads itself (enable_gqa) from torch 2.5 on
+_SDPA_GQA = tuple(int(n) for n in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
+
+def _grouped_attention(q, k, v, attn_mask, dropout_p, is_causal):
+    """Fused attention of ``H`` query heads over ``G < H`` key/value heads, without repeating the keys and values.
+
+    With torch >= 2.5 the kernel reads the groups itself (``enable_gqa=True``). Before, the ``H / G``
+    query heads of a group become extra query rows of one attention over the group's keys:
+    ``q (B, H, T, Dh)`` -> ``(B, G, H/G * T, Dh)``, the mask repeated for each of them. Fully masked
+    rows give zeros, as with one key/value head per query head.
+
+    Shape:
+        q ``(B, H, T, Dh)``, k and v ``(B, G, S, Dh)``, attn_mask broadcastable to ``(B, H, T, S)``
+        -> ``(B, H, T, Dh)``.
+    """
+    if _SDPA_GQA:
+        if attn_mask is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=True)
+        row_off = ~attn_mask.any(dim=-1, keepdim=True)  # (..., T, 1) True = a row with no key to attend to
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask | row_off, dropout_p=dropout_p,
+                                             enable_gqa=True)
+        return out.masked_fill(row_off, 0.0)  # (B, H, T, Dh)
+    B, H, T, Dh = q.shape
+    G, S = k.shape[1], k.shape[2]
+    if is_causal:
+        causal = causal_mask(T, S, device=q.device)  # (T, S)
+        attn_mask = causal if attn_mask is None else attn_mask & causal
+    if attn_mask is not None:
+        attn_mask = attn_mask.expand(B, H, T, S).reshape(B, G, H // G * T, S)  # (B, G, H/G * T, S)
+    out = _fused_attention(q.reshape(B, G, H // G * T, Dh), k, v, attn_mask, dropout_p, False)  # (B, G, H/G * T, Dh)
+    return out.reshape(B, H, T, Dh)
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention (Vaswani et al., 2017), batch-first, with optional grouped-query attention.
 
@@ -262,12 +310,15 @@ class MultiHeadAttention(nn.Module):
     and treat heads as a batch axis. With ``need_weights=False`` the fused
     ``F.scaled_dot_product_attention`` kernel is used; with ``need_weights=True`` the explicit
     :func:`scaled_dot_product_attention` (both give the same output). For self-attention
-    (``query is key is value``) the three input projections run as one matrix product.
+    (``query is key is value``) the three input projections run as one matrix product: their weights
+    share one storage, and without gradients the stacked matrix is a view of it (see :meth:`project_qkv`).
 
     Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads=G`` < ``H`` there are only
     ``G`` key and value heads, each shared by ``H / G`` consecutive query heads (query head ``h``
     reads key/value head ``h // (H / G)``); ``G = 1`` is multi-query attention (Shazeer, 2019). A
-    KV cache then holds ``G`` heads, not ``H``.
+    KV cache then holds ``G`` heads, not ``H``, and the fused path reads those ``G`` heads where they
+    are, with no copy per query head. The explicit path (``need_weights=True``) and a call through which
+    gradients flow repeat each key/value head for its ``H / G`` query heads first.
 
     Args:
         d_model: model width ``D``.
@@ -310,7 +361,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, kv_inner, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_inner, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
-        self._fused = None  # (key, weight, bias): the stacked q/k/v projection, rebuilt when a parameter changes
+        self._share_qkv_storage()
 
     def _split(self, x: torch.Tensor, heads: Optional[int] = None) -> torch.Tensor:
         return rearrange(x, "b t (h dh) -> b h t dh", h=heads or self.num_heads)  # (B, H, T, Dh)
@@ -329,32 +380,72 @@ class MultiHeadAttention(nn.Module):
         G = self.num_kv_heads
         return self._split(self.k_proj(key), G), self._split(self.v_proj(value), G)
 
-    def _qkv_weight(self):
-        """The q, k and v projections stacked into one ``((H + 2G) Dh, D)`` weight (and bias).
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_stacked"] = None  # views of the projections' storage: rebuilt on use
+        return state
 
-        Stacking copies the three matrices. Where gradients must flow to them it is done on every call;
-        otherwise (inference, generation) the stacked copy is kept and rebuilt only when one of the
-        parameters was changed, moved or replaced (its storage or its in-place version counter).
-        """
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._share_qkv_storage()  # copies (deepcopy, pickle) hold each parameter alone: share again
+
+    def _apply(self, *args, **kwargs):
+        module = super()._apply(*args, **kwargs)  # .to(), .cuda(), .half(), ... convert each parameter alone
+        self._share_qkv_storage()
+        return module
+
+    def _share_qkv_storage(self) -> None:
+        """Move the q, k and v projections' weights (and biases) into one storage each, as consecutive
+        views of it: the values stay, the parameters stay three (and their state-dict keys), and without
+        gradients :meth:`project_qkv` reads the three as one ``((H + 2G) Dh, D)`` matrix, a view, no copy."""
+        self._stacked = None
+        mods = (self.q_proj, self.k_proj, self.v_proj)
+        with torch.no_grad():
+            for name in ("weight", "bias"):
+                params = [getattr(m, name) for m in mods]
+                if any(p is None for p in params) or len({(p.dtype, p.device) for p in params}) != 1:
+                    continue
+                stacked = torch.cat([p.detach() for p in params])
+                start = 0
+                for p in params:
+                    p.data = stacked[start:start + p.shape[0]]
+                    start += p.shape[0]
+
+    def _stacked_qkv(self):
+        """``(weight, bias)`` of the three projections as one matrix (views of their shared storage), or
+        None when they no longer share one (e.g. parameters replaced by ``load_state_dict(assign=True)``)."""
         params = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
         if self.q_proj.bias is not None:
             params += [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            self._fused = None
-            bias = torch.cat(params[3:]) if len(params) == 6 else None
-            return torch.cat(params[:3]), bias
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-        if self._fused is None or self._fused[0] != key:
-            with torch.no_grad():
-                bias = torch.cat(params[3:]) if len(params) == 6 else None
-                self._fused = (key, torch.cat(params[:3]), bias)
-        return self._fused[1], self._fused[2]
+        key = tuple((p.data_ptr(), p.shape, p.dtype) for p in params)
+        stacked = getattr(self, "_stacked", None)
+        if stacked is None or stacked[0] != key:
+            weight, bias = _consecutive(params[:3]), _consecutive(params[3:]) if len(params) == 6 else None
+            ok = weight is not None and (len(params) == 3 or bias is not None)
+            self._stacked = stacked = (key, weight, bias) if ok else None
+        return stacked[1:] if stacked is not None else None
 
     def project_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention projections in one matrix product: ``(B, T, D)`` -> ``(B, H, T, Dh)``, ``(B, G, T, Dh)`` twice."""
+        """Self-attention projections in one matrix product: ``(B, T, D)`` -> ``(B, H, T, Dh)``, ``(B, G, T, Dh)`` twice.
+
+        The three weight matrices lie one after another in one storage (their parameters are views of
+        it, kept so through conversions and copies). Where gradients flow to them (training) they are
+        stacked for the call, so that each gets its gradient; otherwise (inference, generation) the
+        stacked matrix is a view of that storage: nothing is copied.
+        """
         check_3d(x, "query", self.d_model)
-        weight, bias = self._qkv_weight()
         H, G, Dh = self.num_heads, self.num_kv_heads, self.head_dim
+        q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
+        grads = torch.is_grad_enabled() and (q_proj.weight.requires_grad or k_proj.weight.requires_grad
+                                             or v_proj.weight.requires_grad
+                                             or (q_proj.bias is not None and (q_proj.bias.requires_grad or
+                                                 k_proj.bias.requires_grad or v_proj.bias.requires_grad)))
+        stacked = None if grads else self._stacked_qkv()
+        if stacked is None:
+            weight = torch.cat([q_proj.weight, k_proj.weight, v_proj.weight])  # ((H + 2G) Dh, D), for this call
+            bias = torch.cat([q_proj.bias, k_proj.bias, v_proj.bias]) if q_proj.bias is not None else None
+        else:
+            weight, bias = stacked
         if G == H:
             qkv = rearrange(F.linear(x, weight, bias), "b t (three h dh) -> three b h t dh", three=3, h=H)
             return qkv[0], qkv[1], qkv[2]  # (B, H, T, Dh) each
@@ -372,13 +463,18 @@ class MultiHeadAttention(nn.Module):
         if k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads:
             raise ValueError(f"k, v: expected {self.num_kv_heads} key/value heads (dim 1), "
                              f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
-        if self.num_kv_heads != self.num_heads:
+        grouped = self.num_kv_heads != self.num_heads
+        if grouped and (need_weights or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                                      or v.requires_grad))):
             groups = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, Dh)
+            grouped = False
         B, H, T, _ = q.shape
         S = k.shape[2]
         if attn_mask is not None:
             check_mask_broadcasts(attn_mask, (B, H, T, S))
+        if is_causal and T == 1 and not need_weights:
+            is_causal = False  # one query, the last position: it may attend to every key, no mask to build
         if is_causal and (need_weights or attn_mask is not None or T != S):
             causal = causal_mask(T, S, device=q.device)  # (T, S)
             attn_mask = causal if attn_mask is None else attn_mask & causal
@@ -386,6 +482,8 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p=p)
+        elif grouped:
+            out, weights = _grouped_attention(q, k, v, attn_mask, p, is_causal), None  # K, V read in place
         else:
             out, weights = _fused_attention(q, k, v, attn_mask, p, is_causal), None
         out = rearrange(out, "b h t dh -> b t (h dh)")  # (B, T, D)

@@ -19,12 +19,16 @@ Shapes: B batch, K beam size, V vocabulary, t tokens so far, L generated length.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
+import numbers
 from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .model import KVCache, LayerKVCache
 
 __all__ = ["select_batch", "greedy_decode", "sample", "beam_search", "generate"]
 
@@ -46,6 +50,8 @@ def select_batch(state, index: torch.Tensor):
     """
     if isinstance(state, torch.Tensor):
         return state.index_select(0, index)
+    if isinstance(state, LayerKVCache):  # its buffers are selected whole: the room for later steps stays
+        return state.index_select(index)
     if isinstance(state, dict):
         return {k: select_batch(v, index) for k, v in state.items()}
     if isinstance(state, (list, tuple)):
@@ -66,13 +72,17 @@ def _vocab_size(model) -> Optional[int]:
     return getattr(cfg, "vocab_size", None) or getattr(model, "tgt_vocab_size", None)
 
 
-def _start(model, inputs: torch.Tensor, bos_id: Optional[int]):
+def _start(model, inputs: torch.Tensor, bos_id: Optional[int], attention_mask: Optional[torch.Tensor] = None):
     """Check the inputs, move them to the model's device and start decoding: ``(state, ys (B, t))``."""
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.shape[0] == 0 or inputs.shape[1] == 0:
         got = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
         raise ValueError(f"inputs: expected non-empty token ids of shape (B, S), got {got}")
-    inputs = inputs.to(_model_device(model, inputs.device))
-    state = model.start_decoding(inputs)
+    device = _model_device(model, inputs.device)
+    inputs = inputs.to(device)
+    if attention_mask is not None:
+        state = model.start_decoding(inputs, attention_mask=attention_mask.to(device))
+    else:
+        state = model.start_decoding(inputs)
     if getattr(model, "decoder_only", False):
         return state, inputs
     if bos_id is None:
@@ -81,6 +91,14 @@ def _start(model, inputs: torch.Tensor, bos_id: Optional[int]):
     if V is not None and not 0 <= bos_id < V:  # decode_next does not check ids: the models' own tokens are valid
         raise ValueError(f"bos_id: expected an id in [0, {V - 1}] (the target vocabulary), got {bos_id}")
     return state, torch.full((inputs.shape[0], 1), bos_id, dtype=torch.long, device=inputs.device)
+
+
+def _reserve(state, positions: int) -> None:
+    """Tell a tfmini KV cache in the decoding state how many positions it will hold, so that it
+    allocates its buffers once (other states are left alone)."""
+    cache = state.get("cache") if isinstance(state, dict) else None
+    if isinstance(cache, KVCache):
+        cache.reserve(positions)
 
 
 def _new_tokens(max_new_tokens: Optional[int], max_len: Optional[int]) -> int:
@@ -103,22 +121,29 @@ def _room(model, start: int) -> Optional[int]:
 
 
 def _loop(model, inputs, steps, bos_id, eos_id, pad_id, use_cache,
-          pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    state, ys = _start(model, inputs, bos_id)  # ys on the model's device
-    start = ys.shape[1]
+          pick: Callable[[torch.Tensor], torch.Tensor], attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    state, ys = _start(model, inputs, bos_id, attention_mask)  # ys on the model's device
+    B, start = ys.shape
     room = _room(model, start)
     if room is not None:
         steps = min(steps, room)  # stop where the model's positions end, not with an error midway
-    finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=ys.device)
+    if use_cache:
+        _reserve(state, start + steps - 1)  # the last token is never fed back
+    seq = torch.full((B, start + steps), pad_id, dtype=torch.long, device=ys.device)  # (B, t + L), filled in place
+    seq[:, :start] = ys
+    finished = torch.zeros(B, dtype=torch.bool, device=ys.device) if eos_id is not None else None
+    t = start
     for _ in range(steps):
-        nxt = pick(model.decode_next(ys, state, use_cache))  # (B,)
-        nxt = nxt.masked_fill(finished, pad_id)
-        ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
-        if eos_id is not None:
+        nxt = pick(model.decode_next(seq[:, :t], state, use_cache))  # (B,)
+        if finished is not None:
+            nxt = nxt.masked_fill(finished, pad_id)
+        seq[:, t] = nxt
+        t += 1
+        if finished is not None:
             finished |= nxt == eos_id
             if bool(finished.all()):  # the one synchronisation per step: stop when every sequence is done
                 break
-    return ys[:, start:].to(inputs.device)
+    return seq[:, start:t].to(inputs.device)
 
 
 @torch.no_grad()
@@ -151,9 +176,16 @@ def greedy_decode(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = N
 @torch.no_grad()
 def sample(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = None, temperature: float = 1.0,
            top_k: Optional[int] = None, bos_id: Optional[int] = None, eos_id: Optional[int] = None, pad_id: int = 0,
-           generator: Optional[torch.Generator] = None, use_cache: bool = True, *,
+           generator: Optional[torch.Generator] = None, use_cache: bool = True, *, top_p: Optional[float] = None,
            max_len: Optional[int] = None) -> torch.Tensor:
-    """Sample each token from ``softmax(logits / temperature)``, optionally restricted to the ``top_k`` best.
+    """Sample each token from ``softmax(logits / temperature)``, optionally restricted to the ``top_k`` best
+    and to the nucleus of probability ``top_p``.
+
+    The three apply in this order, as Hugging Face's ``generate`` applies its temperature, top-k and
+    top-p warpers: divide the logits by ``temperature``, keep the ``top_k`` largest, then keep the
+    most probable tokens of what remains (renormalised) until their probability reaches ``top_p``
+    (Holtzman et al., 2020): a token is kept when the tokens more probable than it sum to less than
+    ``top_p``, so the most probable token is always kept.
 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
@@ -170,30 +202,68 @@ def sample(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = None, te
             the probabilities ``(B, V)`` to the CPU at every step; a generator on the model's device
             avoids the copy.
         use_cache: reuse keys and values of earlier positions (same result, less work).
+        top_p: nucleus sampling, ``0 < top_p <= 1`` (default None: no nucleus; 1 keeps every token).
 
     Returns:
         generated ids ``(B, L)``, ``L <= max_new_tokens``.
 
     Shape:
         inputs ``(B, S)`` or ``(B, P)`` -> ``(B, L)``.
+
+    Raises:
+        ValueError: ``temperature <= 0``, ``top_k < 1`` or ``top_p`` outside ``(0, 1]``.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature: expected > 0 (use greedy_decode for temperature 0), got {temperature}")
-    return _loop(model, inputs, _new_tokens(max_new_tokens, max_len), bos_id, eos_id, pad_id, use_cache,
-                 _sampler(temperature, top_k, generator))
+    pick = _sampler(temperature, top_k, generator, top_p)
+    return _loop(model, inputs, _new_tokens(max_new_tokens, max_len), bos_id, eos_id, pad_id, use_cache, pick)
 
 
-def _sampler(temperature: float, top_k: Optional[int], generator: Optional[torch.Generator]):
-    """logits ``(B, V)`` -> one token per row drawn from ``softmax(logits / temperature)`` (top-k)."""
+def _sampler(temperature: float, top_k: Optional[int], generator: Optional[torch.Generator],
+             top_p: Optional[float] = None, hint: str = "use greedy_decode for temperature 0"):
+    """Check the settings; return logits ``(B, V)`` -> one token per row drawn from ``softmax(logits / temperature)``
+    restricted to the top ``top_k`` and the nucleus ``top_p``."""
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature > 0:
+        raise ValueError(f"temperature: expected > 0 ({hint}), got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k: expected None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p: expected None or a number in (0, 1], got {top_p!r}")
+
     def pick(logits):
         logits = logits.float() / temperature
         if top_k is not None:
             kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
+        if top_p is not None and top_p < 1:
+            logits = _top_p_filter(logits, top_p)
         probs = torch.softmax(logits, -1)  # (B, V)
         where = probs.device if generator is None else generator.device
         return torch.multinomial(probs.to(where), 1, generator=generator)[:, 0].to(probs.device)  # (B,)
     return pick
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p filtering: keep the most probable tokens until their probability reaches ``top_p``.
+
+    Sorted by probability, a token is kept when the tokens before it sum to less than ``top_p``; the
+    most probable token is always kept. The same tokens as Hugging Face's ``TopPLogitsWarper`` (which
+    drops the tokens whose cumulative probability counted from the least probable is at most ``1 - top_p``).
+
+    Args:
+        logits: ``(B, V)`` (``-inf`` for tokens already excluded).
+        top_p: in ``(0, 1]``.
+
+    Returns:
+        the logits with the tokens outside the nucleus set to ``-inf``.
+
+    Shape:
+        ``(B, V)`` -> ``(B, V)``.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # (B, V) probability of the more probable tokens
+    drop = before >= top_p
+    drop[:, 0] = False  # the most probable token always stays
+    return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
 
 
 @torch.no_grad()
@@ -211,8 +281,10 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
     the beam always holds ``K`` unfinished prefixes. A batch element is done once it has ``K`` finished
     hypotheses and its best unfinished prefix, penalised at its current length, scores no higher than
     the worst of them (exact for ``length_penalty=0``, where scores only fall as prefixes grow; the
-    usual heuristic otherwise). Prefixes still unfinished after ``max_new_tokens`` tokens compete with
-    the finished ones. Without ``eos_id`` nothing finishes and the best prefix of length ``max_new_tokens`` wins.
+    usual heuristic otherwise); from then on its hypotheses no longer change, however long the
+    other elements of the batch run, so each element's result is the one it gets alone. Prefixes
+    still unfinished after ``max_new_tokens`` tokens compete with the finished ones. Without
+    ``eos_id`` nothing finishes and the best prefix of length ``max_new_tokens`` wins.
 
     Args:
         model: an encoder-decoder or decoder-only tfmini model (in eval mode).
@@ -239,6 +311,8 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
     room = _room(model, start)
     if room is not None:
         steps = min(steps, room)  # stop where the model's positions end, not with an error midway
+    if use_cache:
+        _reserve(state, start + steps - 1)
 
     def penalty(length: int) -> float:
         return ((5.0 + length) / 6.0) ** length_penalty if length_penalty else 1.0
@@ -251,12 +325,14 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
     done_scores = torch.full((B, K), float("-inf"), device=device)
     done_tokens = torch.full((B, K, steps), pad_id, dtype=torch.long, device=device)
     offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1): first row of each element's beams
+    done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) True = this element's search is over
     for step in range(steps):
         logp = F.log_softmax(model.decode_next(ys, state, use_cache).float(), dim=-1)  # (B*K, V)
         V = logp.shape[-1]
         cand = scores[:, :, None] + logp.reshape(B, K, V)  # (B, K, V) total log-probabilities
         if eos_id is not None:
             ended = cand[:, :, eos_id] / penalty(step + 1)  # (B, K): each beam followed by EOS, penalised
+            ended = ended.masked_fill(done[:, None], float("-inf"))  # a finished search takes nothing more
             toks = F.pad(ys[:, start:], (0, steps - step), value=pad_id).reshape(B, K, steps).clone()
             toks[:, :, step] = eos_id
             pool_scores = torch.cat([done_scores, ended], dim=1)  # (B, 2K)
@@ -271,8 +347,10 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
         state = select_batch(state, rows)
         if eos_id is not None and step + 1 < steps:
             best_open = scores.max(dim=1).values / penalty(step + 1)  # (B,)
-            # done: K finished hypotheses, none of which the best unfinished prefix can still beat
-            if bool((done_scores[:, -1] >= best_open).all()):  # one synchronisation per step
+            # done: K finished hypotheses, none of which the best unfinished prefix can still beat; an
+            # element that is done stays done while the others run on, so that it ends as it would alone
+            done |= done_scores[:, -1] >= best_open
+            if bool(done.all()):  # one synchronisation per step
                 break
     else:
         step = steps - 1
@@ -282,7 +360,8 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
     # unfinished prefixes compete with the finished hypotheses at the length they reached
     length = step + 1
     open_tokens = F.pad(ys[:, start:], (0, steps - length), value=pad_id).reshape(B, K, steps)
-    pool_scores = torch.cat([done_scores, scores / penalty(length)], dim=1)  # (B, 2K)
+    open_scores = (scores / penalty(length)).masked_fill(done[:, None], float("-inf"))  # (B, K)
+    pool_scores = torch.cat([done_scores, open_scores], dim=1)  # (B, 2K)
     pool_tokens = torch.cat([done_tokens, open_tokens], dim=1)  # (B, 2K, steps)
     best = pool_scores.argmax(dim=1)  # ties: the finished hypothesis, listed first
     out = pool_tokens[torch.arange(B, device=device), best]  # (B, steps)
@@ -300,57 +379,100 @@ def _ragged_loop(model, prompt: torch.Tensor, lengths: torch.Tensor, max_new: in
     prompt, lengths = prompt.to(device), lengths.to(device)
     P, first = prompt.shape[1], int(lengths.min())
     state = model.start_decoding(prompt[:, :first])
-    ys = prompt[:, :first]
     end = lengths + max_new  # (B,) where each row's tokens stop
-    finished = torch.zeros(ys.shape[0], dtype=torch.bool, device=device)
-    for t in range(first, int(end.max())):
-        nxt = pick(model.decode_next(ys, state, use_cache))  # (B,)
+    total = int(end.max())
+    if use_cache:
+        _reserve(state, total - 1)
+    seq = torch.full((prompt.shape[0], total), pad_id, dtype=torch.long, device=device)  # filled in place
+    seq[:, :first] = prompt[:, :first]
+    finished = torch.zeros(prompt.shape[0], dtype=torch.bool, device=device)
+    t = first
+    for t in range(first, total):
+        nxt = pick(model.decode_next(seq[:, :t], state, use_cache))  # (B,)
         if t < P:
             nxt = torch.where(t < lengths, prompt[:, t], nxt)  # still inside the prompt: copy it
-        nxt = nxt.masked_fill(finished | (t >= end), pad_id)
-        ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
+        seq[:, t] = nxt.masked_fill(finished | (t >= end), pad_id)
         if eos_id is not None:
             finished |= (nxt == eos_id) & (t >= lengths)
         if bool((finished | (t + 1 >= end)).all()):
             break
-    return ys
+    return seq[:, :t + 1]
+
+
+def _left_padding(mask, prompt_ids: torch.Tensor) -> Optional[torch.Tensor]:
+    """Check a Hugging Face attention mask of left-padded prompts; return it as bool, or None when it has no padding."""
+    if not isinstance(mask, torch.Tensor) or mask.shape != prompt_ids.shape:
+        got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"attention_mask: expected shape {tuple(prompt_ids.shape)} as prompt_ids, got {got}")
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_floating_point or mask.dtype.is_complex or bool(((mask != 0) & (mask != 1)).any()):
+            raise ValueError(f"attention_mask: expected bool or integer 0/1 values (1 = real token), got {mask.dtype} "
+                             f"with values {sorted(set(mask.flatten().tolist()))[:6]}")
+        mask = mask != 0
+    empty = (~mask.any(dim=1)).nonzero()[:, 0].tolist()
+    if empty:
+        raise ValueError(f"attention_mask: expected at least one real token (1) in every row, got none in rows {empty}")
+    if mask.shape[1] > 1:
+        not_left = (mask[:, :-1] & ~mask[:, 1:]).any(dim=1).nonzero()[:, 0].tolist()  # a 1 followed by a 0
+        if not_left:
+            raise ValueError(f"attention_mask: expected left padding (0s, then 1s in every row), got a 0 after a 1 "
+                             f"in rows {not_left}; for right-padded prompts give prompt_lengths instead")
+    return None if bool(mask.all()) else mask
 
 
 @torch.no_grad()
-def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optional[int] = None,
+def generate(model, prompt_ids: torch.Tensor, max_new_tokens: Optional[int] = None, eos_id: Optional[int] = None,
              pad_id: Optional[int] = None, do_sample: bool = False, temperature: float = 1.0,
              top_k: Optional[int] = None, generator: Optional[torch.Generator] = None,
-             use_cache: bool = True, prompt_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+             use_cache: bool = True, prompt_lengths: Optional[torch.Tensor] = None, *,
+             attention_mask: Optional[torch.Tensor] = None, top_p: Optional[float] = None) -> torch.Tensor:
     """Continue prompts with a decoder-only model: the prompt followed by the new tokens.
 
     Greedy by default, as Hugging Face's ``generate(do_sample=False)``, whose tokens it reproduces for
-    a model loaded with :func:`tfmini.huggingface.from_huggingface`. Decoding uses the KV cache (``use_cache``):
-    the prompt is read in one pass, then one position per step. A sequence that produces ``eos_id``
-    is padded with ``pad_id`` after it, and generation stops early when every sequence has.
+    a model loaded with :func:`tfmini.huggingface.from_huggingface`, including batches of prompts of
+    different lengths padded on the left with an ``attention_mask``. Decoding uses the KV cache
+    (``use_cache``): the prompt is read in one pass, then one position per step. A sequence that
+    produces ``eos_id`` is padded with ``pad_id`` after it, and generation stops early when every
+    sequence has.
 
     Args:
         model: a decoder-only tfmini model, e.g. :class:`~tfmini.model.DecoderOnlyLM` (in eval mode).
-        prompt_ids: ``(B, P)`` token ids: every prompt has ``P`` real tokens, or, with
-            ``prompt_lengths``, prompts of different lengths padded on the right.
+        prompt_ids: ``(B, P)`` token ids: every prompt has ``P`` real tokens, or prompts of different
+            lengths padded on the left (with ``attention_mask``) or on the right (with ``prompt_lengths``).
         max_new_tokens: number of tokens to add, at most; ``P + max_new_tokens`` must fit in
             ``model.cfg.max_len`` (the positions the model has).
         eos_id: stop token (default: none, always ``max_new_tokens`` tokens).
         pad_id: written after a sequence's EOS (default ``model.cfg.pad_id``).
-        do_sample: sample from ``softmax(logits / temperature)`` (:func:`sample`) instead of the argmax.
-        temperature, top_k, generator: as in :func:`sample`; used only with ``do_sample=True``.
+        do_sample: sample (:func:`sample`) instead of taking the argmax.
+        temperature, top_k, top_p, generator: as in :func:`sample`; used only with ``do_sample=True``.
         use_cache: reuse keys and values of earlier positions (same tokens, less work).
         prompt_lengths: ``(B,)`` the real length of each right-padded prompt. Decoding starts after the
             shortest one and copies each longer prompt's tokens until it ends, so the model never
             reads a pad and greedy tokens equal those of each prompt continued alone. Row ``b`` of the
             result is its prompt, its new tokens, then ``pad_id``.
+        attention_mask: ``(B, P)``, bool or integer 0/1 (Hugging Face's), 1 = real token: prompts padded
+            on the left, as Hugging Face's tokenizers pad them for generation. Padding is never
+            attended to and positions count real tokens only (``cumsum(mask) - 1``, as Hugging Face
+            numbers them), so each row is continued as it would be alone. A keyword argument: the third
+            positional one is ``max_new_tokens``.
 
     Returns:
-        ``(B, P + L)`` ids, ``L <= max_new_tokens``, on the device of ``prompt_ids``; with
-        ``prompt_lengths``, ``(B, N)`` right-padded ids, ``N <= max(prompt_lengths) + max_new_tokens``.
+        ``(B, P + L)`` ids, ``L <= max_new_tokens``, on the device of ``prompt_ids`` (with
+        ``attention_mask``, the left-padded prompts, then the new tokens); with ``prompt_lengths``,
+        ``(B, N)`` right-padded ids, ``N <= max(prompt_lengths) + max_new_tokens``.
 
     Shape:
         prompt_ids ``(B, P)`` -> ``(B, P + L)``.
+
+    Raises:
+        ValueError: a model that is not decoder-only; bad ``max_new_tokens``, ``prompt_ids``,
+            ``prompt_lengths``, sampling settings; an ``attention_mask`` whose shape differs from
+            ``prompt_ids``, that is not 0/1, has a row without a real token or is not left-padded;
+            both ``attention_mask`` and ``prompt_lengths``.
     """
+    if isinstance(max_new_tokens, torch.Tensor) and attention_mask is None:  # generate(model, ids, mask, ...)
+        raise ValueError("max_new_tokens: expected an int >= 1, got a tensor; give the attention mask by name, "
+                         "generate(model, prompt_ids, attention_mask=mask, max_new_tokens=n)")
     if not getattr(model, "decoder_only", False):
         raise ValueError(f"model: expected a decoder-only model (e.g. DecoderOnlyLM), got {type(model).__name__}; "
                          f"use greedy_decode, sample or beam_search for an encoder-decoder model")
@@ -366,6 +488,19 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optio
                          f"(the model's positions), got {prompt_ids.shape[1]} + {max_new_tokens}")
     if pad_id is None:
         pad_id = getattr(cfg, "pad_id", 0)
+    if do_sample:
+        pick = _sampler(temperature, top_k, generator, top_p, hint="use do_sample=False for temperature 0")
+    else:
+        pick = lambda logits: logits.argmax(-1)  # noqa: E731
+    mask = None
+    if attention_mask is not None:
+        if prompt_lengths is not None:
+            raise ValueError("prompt_lengths: expected None with attention_mask (left padding) or the other way "
+                             "round (right padding), got both")
+        if "attention_mask" not in inspect.signature(model.start_decoding).parameters:
+            raise ValueError(f"attention_mask: expected a model whose start_decoding takes one (e.g. DecoderOnlyLM), "
+                             f"got {type(model).__name__}")
+        mask = _left_padding(attention_mask, prompt_ids)
     if prompt_lengths is not None:
         lengths = torch.as_tensor(prompt_lengths)
         if lengths.shape != (prompt_ids.shape[0],) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
@@ -374,17 +509,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: Optio
         if bool((lengths < 1).any()) or bool((lengths > prompt_ids.shape[1]).any()):
             raise ValueError(f"prompt_lengths: expected lengths in [1, {prompt_ids.shape[1]}] (the prompts' width), "
                              f"got {lengths.tolist()}")
-        if do_sample:
-            if temperature <= 0:
-                raise ValueError(f"temperature: expected > 0 (use do_sample=False for temperature 0), got {temperature}")
-            pick = _sampler(temperature, top_k, generator)
-        else:
-            pick = lambda logits: logits.argmax(-1)  # noqa: E731
         out = _ragged_loop(model, prompt_ids, lengths, max_new_tokens, eos_id, pad_id, use_cache, pick)
         return out.to(prompt_ids.device)
-    if do_sample:
-        new = sample(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
-                     pad_id=pad_id, generator=generator, use_cache=use_cache)
-    else:
-        new = greedy_decode(model, prompt_ids, max_new_tokens, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache)
+    new = _loop(model, prompt_ids, max_new_tokens, None, eos_id, pad_id, use_cache, pick, attention_mask=mask)
     return torch.cat([prompt_ids, new.to(prompt_ids.device)], dim=1)

@@ -120,14 +120,35 @@ def shard(batch, rank: int, world_size: int):
     return sliced if isinstance(batch, (tuple, list)) else sliced[0]
 
 
-def _data_parallel_loss(net: nn.Module, batch, world: int, pad_id: int, label_smoothing: float, loss_fn):
+def _custom_loss(value):
+    """A custom loss function's result as ``(mean, count)``: a scalar mean (count None), or the pair
+    ``(mean, count)`` of the mean over ``count`` scored items (tokens)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"loss_fn: expected a scalar loss or a pair (mean loss, number of scored tokens), "
+                             f"got a {type(value).__name__} of {len(value)}")
+        loss, count = value
+        return loss, torch.as_tensor(count, dtype=torch.float32, device=loss.device)
+    return value, None
+
+
+def _data_parallel_loss(net: nn.Module, batch, world: int, pad_id: int, label_smoothing: float, loss_fn,
+                        rows: Tuple[int, int] = (1, 1)):
     """This rank's loss, scaled so that DDP's gradient average is the gradient of the global-batch loss;
-    and that global loss, for the log."""
-    if loss_fn is not None:  # a custom loss: each rank's mean, averaged over ranks as DDP does
-        loss = loss_fn(net, batch)
-        logged = loss.detach().clone()
-        torch.distributed.all_reduce(logged)
-        return loss, logged / world
+    and that global loss, for the log.
+
+    The default loss and a custom ``loss_fn`` that returns ``(mean, count)`` are weighted by tokens:
+    each rank's sum over its tokens, divided by the global number of tokens. A custom loss that returns
+    only its mean is weighted by this rank's share ``rows = (this rank's rows, global rows)`` of the
+    batch, which is the same when every row has as many scored tokens."""
+    if loss_fn is not None:
+        loss, count = _custom_loss(loss_fn(net, batch))
+        if count is None:  # a mean over rows of equal weight: the rank's share of the rows
+            count = torch.tensor(float(rows[0]), device=loss.device)
+        total = loss * count  # this rank's sum
+        stats = torch.stack([total.detach().float(), count.float()])
+        torch.distributed.all_reduce(stats)  # global sum, global count
+        return total * world / stats[1], stats[0] / stats[1]
     total = batch_loss(net, batch, pad_id, label_smoothing, reduction="sum")
     stats = torch.stack([total.detach(), _target_count(batch, pad_id)])
     torch.distributed.all_reduce(stats)  # global sum of token losses, global number of target tokens

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .positional import apply_rope
+from .positional import apply_rope, rotate_half
 
 __all__ = ["RMSNorm", "FeedForward", "SwiGLU", "EncoderLayer", "DecoderLayer", "make_norm", "make_ffn"]
 
@@ -67,6 +67,22 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on queries or keys ``x (B, H, T, Dh)``: :func:`~tfmini.positional.apply_rope` for tables
+    ``(T, Dh)`` shared by the batch, the same formula for per-sequence tables ``(B, T, Dh)`` (the
+    positions of left-padded sequences differ from row to row)."""
+    if cos.dim() == 2:
+        return apply_rope(x, cos, sin)
+    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # (B, 1, T, Dh): every head alike
+    return x * cos + rotate_half(x) * sin
+
+
+def _drop(dropout: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``dropout(x)`` in training; in eval mode, where dropout is the identity, ``x`` without the call
+    (a decoding step saves one module call per dropout)."""
+    return dropout(x) if dropout.training else x
 
 
 def make_norm(norm: str, d_model: int, eps: float = 1e-5) -> nn.Module:
@@ -116,7 +132,7 @@ class FeedForward(nn.Module):
         self.activation = _ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        return self.linear2(_drop(self.dropout, self.activation(self.linear1(x))))
 
 
 class SwiGLU(nn.Module):
@@ -146,7 +162,7 @@ class SwiGLU(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(F.silu(self.linear_gate(x)) * self.linear1(x)))
+        return self.linear2(_drop(self.dropout, F.silu(self.linear_gate(x)) * self.linear1(x)))
 
 
 def make_ffn(d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True) -> nn.Module:
@@ -186,7 +202,8 @@ class EncoderLayer(nn.Module):
 
     ``forward(x, mask=None, need_weights=False, is_causal=False, rope=None)`` returns ``(x, weights)``;
     the weights are None unless ``need_weights``, ``is_causal`` adds a causal mask and ``rope``, a pair
-    ``(cos, sin)`` of ``(T, Dh)`` tables, rotates queries and keys (:func:`~tfmini.positional.apply_rope`).
+    ``(cos, sin)`` of ``(T, Dh)`` tables (or ``(B, T, Dh)``, one per sequence), rotates queries and keys
+    (:func:`~tfmini.positional.apply_rope`).
 
     Shape:
         x ``(B, T, D)``, mask bool broadcastable to ``(B, H, T, T)`` -> ``(B, T, D)``
@@ -214,7 +231,7 @@ class EncoderLayer(nn.Module):
                 out, w = self.self_attn(h, h, h, attn_mask=mask, need_weights=need_weights, is_causal=is_causal)
             else:
                 q, k, v = self.self_attn.project_qkv(h)
-                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+                q, k = _rotate(q, *rope), _rotate(k, *rope)
                 out, w = self.self_attn.attend(q, k, v, mask, need_weights, is_causal)
             return self.dropout1(out), w
 
@@ -247,12 +264,16 @@ class DecoderLayer(nn.Module):
 
     ``forward(x, memory=None, self_mask=None, memory_mask=None, cache=None, need_weights=False,
     is_causal=False, rope=None)`` returns ``(x, weights)``; ``rope``, a pair ``(cos, sin)`` of
-    ``(T, Dh)`` tables for the new positions, rotates the self-attention's queries and keys.
+    ``(T, Dh)`` tables for the new positions (or ``(B, T, Dh)``, when each sequence has its own
+    positions), rotates the self-attention's queries and keys.
 
     Incremental decoding: pass a dict as ``cache``. The layer appends the new positions' keys and
     values to ``cache["k"], cache["v"]`` (``(B, G, t, Dh)``, G key/value heads; rotated keys when
     ``rope`` is given) and computes the encoder's keys and
-    values once into ``cache["memory_k"], cache["memory_v"]``. ``x`` then holds only the new
+    values once into ``cache["memory_k"], cache["memory_v"]``. A layer of a
+    :class:`~tfmini.model.KVCache` writes the new keys and values into buffers allocated ahead
+    (its ``append_kv``), and ``cache["k"]`` is a view of their first ``t`` positions; a plain dict gets
+    new tensors, the old ones concatenated with the new. ``x`` then holds only the new
     positions and ``self_mask`` must cover all cached keys; ``is_causal=True`` does this for you
     (query ``i`` of the new positions sees the cache and new positions up to its own).
 
@@ -282,14 +303,18 @@ class DecoderLayer(nn.Module):
     def _self_block(self, h, mask, cache, need_weights, is_causal, rope):
         q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, Dh), (B, G, T, Dh), (B, G, T, Dh)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            q, k = _rotate(q, *rope), _rotate(k, *rope)
         if cache is not None:
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # (B, G, t + T, Dh)
-                v = torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
+            append = getattr(cache, "append_kv", None)  # a KVCache's layer: written into its preallocated buffers
+            if append is not None:
+                k, v = append(k, v)  # (B, G, t + T, Dh)
+            else:
+                if "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)  # (B, G, t + T, Dh)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
         out, w = self.self_attn.attend(q, k, v, mask, need_weights, is_causal)
-        return self.dropout1(out), w
+        return _drop(self.dropout1, out), w
 
     def _cross_block(self, h, memory, mask, cache, need_weights):
         if cache is not None and "memory_k" in cache:
@@ -301,7 +326,7 @@ class DecoderLayer(nn.Module):
             if cache is not None:
                 cache["memory_k"], cache["memory_v"] = k, v
         out, w = self.multihead_attn.attend(self.multihead_attn.project_q(h), k, v, mask, need_weights)
-        return self.dropout2(out), w
+        return _drop(self.dropout2, out), w
 
     def forward(self, x: torch.Tensor, memory: Optional[torch.Tensor] = None,
                 self_mask: Optional[torch.Tensor] = None, memory_mask: Optional[torch.Tensor] = None,
@@ -315,12 +340,12 @@ class DecoderLayer(nn.Module):
             if self.multihead_attn is not None:
                 out, weights["cross"] = self._cross_block(self.norm2(x), memory, memory_mask, cache, need_weights)
                 x = x + out
-            x = x + self.dropout3(self.ff(self.norm3(x)))
+            x = x + _drop(self.dropout3, self.ff(self.norm3(x)))
         else:
             out, weights["self"] = self._self_block(x, self_mask, cache, need_weights, is_causal, rope)
             x = self.norm1(x + out)
             if self.multihead_attn is not None:
                 out, weights["cross"] = self._cross_block(x, memory, memory_mask, cache, need_weights)
                 x = self.norm2(x + out)
-            x = self.norm3(x + self.dropout3(self.ff(x)))
+            x = self.norm3(x + _drop(self.dropout3, self.ff(x)))
         return x, weights

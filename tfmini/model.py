@@ -18,10 +18,10 @@ from torch import nn
 
 from ._checks import check_token_ids
 from .layers import FFN_ACTIVATIONS, NORMS, DecoderLayer, EncoderLayer, make_norm
-from .masks import attention_mask
+from .masks import attention_mask, causal_mask
 from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 
-__all__ = ["TransformerConfig", "KVCache", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM", "EncoderOnlyLM"]
+__all__ = ["TransformerConfig", "KVCache", "LayerKVCache", "TokenEmbedding", "Encoder", "Decoder", "Transformer", "DecoderOnlyLM", "EncoderOnlyLM"]
 
 
 @dataclass(frozen=True)
@@ -148,27 +148,114 @@ class TokenEmbedding(nn.Module):
         return x if self.scale is None else x * self.scale
 
 
-class KVCache(list):
-    """The KV cache of a decoder: one dict per layer, which the layer fills with ``"k"`` and ``"v"``
-    ``(B, G, t, Dh)`` (and, with cross-attention, the encoder's ``"memory_k"``, ``"memory_v"``).
+class LayerKVCache(dict):
+    """One layer's part of a :class:`KVCache`: a dict whose ``"k"`` and ``"v"`` are the cached keys and
+    values ``(B, G, t, Dh)`` (and, with cross-attention, ``"memory_k"``, ``"memory_v"``), as a plain dict.
 
-    A list, so that :func:`tfmini.decoding.select_batch` reorders it like any other state, with one
-    addition: :attr:`length`, the number of positions already cached, ``t``.
+    The keys and values live in buffers allocated ahead, ``(B, G, capacity, Dh)``; ``"k"`` and ``"v"`` are
+    views of their first ``t`` positions. :meth:`append_kv` writes the new positions after them, so a
+    decoding step copies only its own keys and values, never the earlier ones. A prompt's positions,
+    written together, get a buffer of their own size (the prompt's pass needs its memory for the
+    activations); the first step after them moves them, once, into a buffer of ``capacity`` positions.
+    Without a ``capacity`` (or beyond it) a full buffer is replaced by one twice as long. An entry
+    ``"k"`` or ``"v"`` replaced from outside is taken as the new content.
 
     Args:
-        layers: the per-layer dicts (default: none; a decoder's ``new_cache()`` makes one per layer).
+        layer: the initial entries (default none).
+        capacity: the number of positions the cache will hold, e.g. the prompt and all the tokens to
+            generate (:meth:`KVCache.reserve` sets it); None: grow as needed.
+    """
+
+    def __init__(self, layer=(), capacity: Optional[int] = None):
+        super().__init__(layer)
+        self.capacity = capacity
+        self._buffers = None  # (k, v) buffers (B, G, capacity, Dh) whose first t positions are self["k"], self["v"]
+
+    def append_kv(self, k: torch.Tensor, v: torch.Tensor):
+        """Append the keys and values of ``T`` new positions; return all of them.
+
+        Shape:
+            k, v ``(B, G, T, Dh)`` -> ``(B, G, t + T, Dh)`` each (views of the buffers, also stored as
+            ``self["k"]``, ``self["v"]``).
+        """
+        t = self["k"].shape[2] if "k" in self else 0
+        end = t + k.shape[2]
+        bufs = self._buffers
+        if (bufs is None or bufs[0].shape[2] < end or self.get("k") is not bufs[2] or self.get("v") is not bufs[3]
+                or bufs[0].shape[:2] != k.shape[:2] or bufs[0].dtype != k.dtype or bufs[0].device != k.device):
+            if self.capacity is not None and self.capacity >= end and not (t == 0 and k.shape[2] > 1):
+                size = self.capacity  # the room reserved for the whole decoding
+            elif bufs is not None and self.get("k") is bufs[2]:
+                size = max(end, 2 * bufs[0].shape[2])  # a full buffer: grow geometrically
+            else:  # the first positions (a prompt's pass: its activations need the memory now), or no reservation
+                size = end
+            B, G, _, Dh = k.shape
+            kb, vb = k.new_empty(B, G, size, Dh), v.new_empty(B, G, size, v.shape[-1])  # (B, G, capacity, Dh)
+            if t:
+                kb[:, :, :t] = self["k"]
+                vb[:, :, :t] = self["v"]
+            bufs = (kb, vb)
+        kb, vb = bufs[0], bufs[1]
+        kb[:, :, t:end] = k
+        vb[:, :, t:end] = v
+        self["k"], self["v"] = kb[:, :, :end], vb[:, :, :end]  # (B, G, t + T, Dh)
+        self._buffers = (kb, vb, self["k"], self["v"])
+        return self["k"], self["v"]
+
+    def index_select(self, index: torch.Tensor) -> "LayerKVCache":
+        """The cache of the batch rows ``index`` (beam search's reordering), buffers and their room included.
+
+        Shape:
+            every tensor ``(B, ...)`` -> ``(N, ...)``.
+        """
+        out = LayerKVCache({name: x.index_select(0, index) if isinstance(x, torch.Tensor) else x
+                            for name, x in self.items() if name not in ("k", "v")}, self.capacity)
+        bufs = self._buffers
+        if bufs is not None and self.get("k") is bufs[2] and self.get("v") is bufs[3]:
+            t = self["k"].shape[2]
+            kb, vb = bufs[0].index_select(0, index), bufs[1].index_select(0, index)
+            out["k"], out["v"] = kb[:, :, :t], vb[:, :, :t]
+            out._buffers = (kb, vb, out["k"], out["v"])
+        else:
+            out.update({name: self[name].index_select(0, index) for name in ("k", "v") if name in self})
+        return out
+
+
+class KVCache(list):
+    """The KV cache of a decoder: one :class:`LayerKVCache` (a dict) per layer, which the layer fills with
+    ``"k"`` and ``"v"`` ``(B, G, t, Dh)`` (and, with cross-attention, the encoder's ``"memory_k"``, ``"memory_v"``).
+
+    A list, so that :func:`tfmini.decoding.select_batch` reorders it like any other state, with two
+    additions: :attr:`length`, the number of positions already cached, ``t``, and :meth:`reserve`.
+    The keys and values of each layer are written into buffers allocated ahead: a step adds its own
+    positions without copying the earlier ones.
+
+    Args:
+        layers: the per-layer dicts (default: none; a decoder's ``new_cache()`` makes one per layer);
+            a plain dict is copied into a :class:`LayerKVCache`.
 
     Shape:
         each layer's ``"k"`` and ``"v"``: ``(B, G, t, Dh)``.
     """
 
     def __init__(self, layers=()):
-        super().__init__(layers)
+        super().__init__(layer if isinstance(layer, LayerKVCache) else LayerKVCache(layer) for layer in layers)
 
     @property
     def length(self) -> int:
         """Positions cached so far (0 before the first step)."""
         return _cached_length(self)
+
+    def reserve(self, positions: int) -> None:
+        """Allocate room for ``positions`` positions in all, at the first step after the prompt (decoding
+        calls it with the prompt's length plus the number of tokens to generate, so the buffers are
+        allocated once, not grown).
+
+        Args:
+            positions: the total number of positions the cache will hold.
+        """
+        for layer in self:
+            layer.capacity = positions
 
 
 def _cached_length(cache) -> int:
@@ -204,11 +291,19 @@ def _init_embeddings(stack: nn.Module, cfg: TransformerConfig, vocab_size: int) 
 
 
 def _embed(stack: nn.Module, ids: torch.Tensor, name: str, check_range: bool, offset: int = 0,
-           token_type_ids: Optional[torch.Tensor] = None):
-    """A stack's input ``(B, T, D)`` for ``ids (B, T)`` at positions ``offset ..``, and RoPE's
-    ``(cos, sin)`` tables for those positions (None without RoPE)."""
+           token_type_ids: Optional[torch.Tensor] = None, positions: Optional[torch.Tensor] = None):
+    """A stack's input ``(B, T, D)`` for ``ids (B, T)`` at positions ``offset ..`` (or at ``positions (B, T)``,
+    one row of positions per sequence), and RoPE's ``(cos, sin)`` tables for those positions (None
+    without RoPE): ``(T, Dh)`` each, or ``(B, T, Dh)`` with ``positions``."""
     x = stack.embed(ids, name, check_range)
-    if stack.rope is not None:
+    if positions is not None:
+        if stack.rope is not None:
+            rope, x = (stack.rope.cos[positions], stack.rope.sin[positions]), stack.pos(x)  # (B, T, Dh) each
+        elif isinstance(stack.pos, SinusoidalPositionalEncoding):
+            rope, x = None, stack.pos.drop(x + stack.pos.pe[positions].to(x.dtype))
+        else:
+            rope, x = None, stack.pos.drop(x + stack.pos.embedding(positions).to(x.dtype))
+    elif stack.rope is not None:
         rope, x = stack.rope(ids.shape[1], offset), stack.pos(x)
     else:
         rope, x = None, stack.pos(x, offset=offset)
@@ -221,6 +316,28 @@ def _embed(stack: nn.Module, ids: torch.Tensor, name: str, check_range: bool, of
     if stack.embed_norm is not None:
         x = stack.embed_drop(stack.embed_norm(x))
     return x, rope
+
+
+def _check_attention_mask(mask, ids: torch.Tensor) -> torch.Tensor:
+    """A bool ``(B, T)`` mask of the real tokens of ids ``(B, T)``, with at least one in every row;
+    errors name ``attention_mask``."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != ids.shape:
+        got = f"{mask.dtype} of shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"attention_mask: expected a bool tensor of shape {tuple(ids.shape)} as the ids (True = real "
+                         f"token; a tokenizer's 0/1 mask becomes one with .bool()), got {got}")
+    empty = (~mask.any(dim=1)).nonzero()[:, 0].tolist()  # one read on the host
+    if empty:
+        raise ValueError(f"attention_mask: expected at least one real token (True) in every row, got none in rows {empty}")
+    return mask
+
+
+def _positions(mask: torch.Tensor, T: int) -> torch.Tensor:
+    """The positions of the last ``T`` tokens, counted over the real tokens of ``mask (B, S)`` (a padding
+    position gets 0), as Hugging Face's ``generate`` numbers a left-padded batch.
+
+    Shape: mask ``(B, S)`` -> ``(B, T)``.
+    """
+    return (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)[:, mask.shape[1] - T:]  # (B, T)
 
 
 def _layer_kwargs(cfg: TransformerConfig) -> dict:
@@ -272,12 +389,17 @@ class Decoder(nn.Module):
         cfg: the model's :class:`TransformerConfig`.
         cross_attention: False leaves out cross-attention (a decoder-only model).
 
-    ``forward(tgt, memory=None, memory_pad=None, cache=None, need_weights=False, check_range=True)``:
-    ``check_range=False`` skips the check that the ids are in the vocabulary (see
-    :class:`TokenEmbedding`); the models' ``decode_next`` does, since the tokens come from the model.
+    ``forward(tgt, memory=None, memory_pad=None, cache=None, need_weights=False, check_range=True,
+    real=None, last_only=False)``: ``check_range=False`` skips the check that the ids are in the
+    vocabulary (see :class:`TokenEmbedding`); the models' ``decode_next`` does, since the tokens come
+    from the model. ``real``, bool ``(B, t + T)`` over the ``t`` cached and the ``T`` new positions
+    (True = real token), marks padding: padding keys are masked out and each token's position is the
+    number of real tokens before it (padding positions get 0), so a left-padded sequence is computed
+    as it would be alone. ``last_only=True`` computes the logits of the last position only.
 
     Shape: tgt ``(B, T)``, memory ``(B, S, D)``, memory_pad bool ``(B, S)`` (True = real token)
-    -> logits ``(B, T, V)`` and a list of per-layer weight dicts (see ``DecoderLayer``).
+    -> logits ``(B, T, V)`` (``(B, 1, V)`` with ``last_only``) and a list of per-layer weight dicts
+    (see ``DecoderLayer``).
     """
 
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = True):
@@ -297,16 +419,38 @@ class Decoder(nn.Module):
 
     def forward(self, tgt: torch.Tensor, memory: Optional[torch.Tensor] = None,
                 memory_pad: Optional[torch.Tensor] = None, cache: Optional[List[dict]] = None,
-                need_weights: bool = False, check_range: bool = True):
+                need_weights: bool = False, check_range: bool = True, real: Optional[torch.Tensor] = None,
+                last_only: bool = False):
         offset = _cached_length(cache)
-        x, rope = _embed(self, tgt, "tgt", check_range, offset)
+        T = tgt.shape[1]
+        S = offset + T  # keys: the cached positions and the new ones
+        if real is not None:  # padded sequences: positions count real tokens, padding keys are masked
+            if real.shape != (tgt.shape[0], S) or real.dtype != torch.bool:
+                raise ValueError(f"real: expected a bool mask of shape {(tgt.shape[0], S)} (the {offset} cached and "
+                                 f"{T} new positions), got {real.dtype} of shape {tuple(real.shape)}")
+            if S > self.cfg.max_len:
+                raise ValueError(f"tgt: expected positions offset + T <= max_len={self.cfg.max_len}, "
+                                 f"got offset={offset}, T={T}")
+            x, rope = _embed(self, tgt, "tgt", check_range, positions=_positions(real, T))
+            self_mask = real[:, None, None, :]  # (B, 1, 1, S)
+            if T > 1:
+                self_mask = self_mask & causal_mask(T, S, device=tgt.device)  # (B, 1, T, S)
+            is_causal = False
+        else:
+            x, rope = _embed(self, tgt, "tgt", check_range, offset)
+            self_mask, is_causal = None, True
+            if T > 1 and S != T and not need_weights:  # new positions after cached ones: one mask for all layers
+                self_mask, is_causal = causal_mask(T, S, device=tgt.device), False
         memory_mask = attention_mask(key_padding=memory_pad) if memory_pad is not None else None
         weights = []
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, memory, memory_mask=memory_mask, cache=cache[i] if cache is not None else None,
-                         need_weights=need_weights, is_causal=True, rope=rope)
+            x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
+                         cache=cache[i] if cache is not None else None,
+                         need_weights=need_weights, is_causal=is_causal, rope=rope)
             if need_weights:
                 weights.append(w)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, D): only the next token's logits are wanted
         return self.lm_head(self.norm(x)), weights
 
 
@@ -361,7 +505,7 @@ class Transformer(nn.Module):
         if use_cache:
             cache = state["cache"]
             logits, _ = self.decoder(ys[:, _cached_length(cache):], state["memory"], state["memory_pad"], cache=cache,
-                                     check_range=False)
+                                     check_range=False, last_only=True)
         else:
             logits, _ = self.decoder(ys, state["memory"], state["memory_pad"], check_range=False)
         return logits[:, -1]
@@ -372,6 +516,12 @@ class DecoderOnlyLM(nn.Module):
 
     Args:
         cfg: the model's :class:`TransformerConfig`.
+
+    ``forward(ids, need_weights=False, attention_mask=None)``: ``attention_mask``, bool ``(B, T)`` (True =
+    real token), marks padding, e.g. the left padding of prompts of different lengths: padding keys
+    are masked out and positions count only real tokens (padding positions get 0), as Hugging Face's
+    ``generate`` numbers them, so each sequence's logits are those it has alone. The logits at padding
+    positions mean nothing.
 
     Shape: ids ``(B, T)`` -> logits ``(B, T, V)`` predicting token ``t + 1`` at position ``t``;
     with ``need_weights=True`` also a list of per-layer self-attention weights ``(B, H, T, T)``.
@@ -384,30 +534,45 @@ class DecoderOnlyLM(nn.Module):
         self.cfg = cfg
         self.decoder = Decoder(cfg, cross_attention=False)
 
-    def forward(self, ids: torch.Tensor, need_weights: bool = False):
+    def forward(self, ids: torch.Tensor, need_weights: bool = False, attention_mask: Optional[torch.Tensor] = None):
         _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
-        logits, w = self.decoder(ids, need_weights=need_weights, check_range=False)  # ids checked above, once
+        real = None if attention_mask is None else _check_attention_mask(attention_mask, ids)
+        logits, w = self.decoder(ids, need_weights=need_weights, check_range=False, real=real)  # ids checked above
         return (logits, [x["self"] for x in w]) if need_weights else logits
 
-    def start_decoding(self, prompt: Optional[torch.Tensor] = None) -> dict:
+    def start_decoding(self, prompt: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None) -> dict:
         """A fresh decoding state ``{"cache": ...}`` with one empty KV cache per layer.
 
         A ``prompt (B, t)``, if given, is only checked (dtype, shape, ids in the vocabulary); the
-        decoder reads it through :meth:`decode_next`."""
+        decoder reads it through :meth:`decode_next`. An ``attention_mask``, bool ``(B, t)`` (True = real
+        token), marks the prompt's padding (see the class's description); it is kept in the state as ``"real"``
+        and every later token counts as real.
+        """
         if prompt is not None:
             _check_ids(prompt, self.cfg, self.cfg.vocab_size, "prompt")
-        return {"cache": self.decoder.new_cache()}
+        state = {"cache": self.decoder.new_cache()}
+        if attention_mask is not None:
+            if prompt is None:
+                raise ValueError("prompt: expected the prompt (B, t) that attention_mask describes, got None")
+            state["real"] = _check_attention_mask(attention_mask, prompt)
+        return state
 
     def decode_next(self, ys: torch.Tensor, state: dict, use_cache: bool = True) -> torch.Tensor:
         """Logits ``(B, V)`` for the token after ``ys (B, t)``.
 
         Like :meth:`Transformer.decode_next`, it does not check that the ids of ``ys`` are in the
-        vocabulary (the prompt was checked by :meth:`start_decoding`, the rest are the model's own)."""
+        vocabulary (the prompt was checked by :meth:`start_decoding`, the rest are the model's own).
+        With the cache only the last position's logits are computed."""
+        real = state.get("real")
+        if real is not None and real.shape[1] < ys.shape[1]:  # tokens after the prompt are real
+            real = torch.cat([real, real.new_ones(real.shape[0], ys.shape[1] - real.shape[1])], dim=1)
+            state["real"] = real
         if use_cache:
             cache = state["cache"]
-            logits, _ = self.decoder(ys[:, _cached_length(cache):], cache=cache, check_range=False)
+            logits, _ = self.decoder(ys[:, _cached_length(cache):], cache=cache, check_range=False, real=real,
+                                     last_only=True)
         else:
-            logits, _ = self.decoder(ys, check_range=False)
+            logits, _ = self.decoder(ys, check_range=False, real=real)
         return logits[:, -1]
 
 
@@ -470,3 +635,59 @@ class EncoderOnlyLM(nn.Module):
             z = self.transform(z)
         logits = self.lm_head(z)  # (B, T, V)
         return (logits, w) if need_weights else logits
+
+
+class EncoderOnlyModel(nn.Module):
+    """An encoder without an output head: one contextual vector per token (Hugging Face's ``BertModel``,
+    the body of sentence encoders such as all-MiniLM-L6-v2; :func:`tfmini.huggingface.from_huggingface`).
+
+    The keys a token may attend to are the real tokens of ``attention_mask`` (True = real token, the
+    tokenizer's mask as a bool tensor) or, without one, those with ``ids != cfg.pad_id``, as in
+    :class:`Encoder`. Padding positions get vectors too (they attend to the real tokens); they mean
+    nothing. Uses ``vocab_size`` and ``num_encoder_layers`` of the config; ``token_type_ids (B, T)``
+    (default zeros) is read when ``cfg.type_vocab_size > 0``.
+
+    Args:
+        cfg: the model's :class:`TransformerConfig`.
+
+    ``forward(ids, attention_mask=None, token_type_ids=None, need_weights=False)``.
+
+    Shape: ids ``(B, T)``, attention_mask bool ``(B, T)`` -> hidden states ``(B, T, D)``; with
+    ``need_weights=True`` also a list of per-layer self-attention weights ``(B, H, T, T)``.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        if cfg.src_vocab_size not in (None, cfg.vocab_size):
+            raise ValueError(f"src_vocab_size: expected None or vocab_size={cfg.vocab_size} for an encoder-only "
+                             f"model (it has one vocabulary), got {cfg.src_vocab_size}")
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+
+    def forward(self, ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, need_weights: bool = False):
+        _check_ids(ids, self.cfg, self.cfg.vocab_size, "ids")
+        if attention_mask is None:
+            real = ids != self.cfg.pad_id
+        elif (not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool
+              or attention_mask.shape != ids.shape):
+            got = (f"{attention_mask.dtype} of shape {tuple(attention_mask.shape)}"
+                   if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__)
+            raise ValueError(f"attention_mask: expected a bool tensor of shape {tuple(ids.shape)} as ids (True = real "
+                             f"token; a tokenizer's 0/1 mask becomes one with .bool()), got {got}")
+        else:
+            real = attention_mask
+        if token_type_ids is not None and self.cfg.type_vocab_size:
+            check_token_ids(token_type_ids, self.cfg.type_vocab_size, "token_type_ids")
+        x, rope = _embed(self.encoder, ids, "ids", False, token_type_ids=token_type_ids)  # ids checked above
+        mask = real[:, None, None, :]  # (B, 1, 1, T): True = may attend
+        weights = []
+        for layer in self.encoder.layers:
+            x, w = layer(x, mask, need_weights, rope=rope)
+            if need_weights:
+                weights.append(w)
+        x = self.encoder.norm(x)  # (B, T, D)
+        return (x, weights) if need_weights else x
+
+
+__all__ += ["EncoderOnlyModel"]

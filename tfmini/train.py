@@ -71,6 +71,11 @@ class History:
         return self.time[-1] if self.time else 0.0
 
 
+def _rows(batch) -> int:
+    """The number of examples (rows) in a batch: a tensor ``(B, ...)`` or a tuple of them."""
+    return (batch[0] if isinstance(batch, (tuple, list)) else batch).shape[0]
+
+
 def _to(batch, device):
     return tuple(x.to(device) for x in batch) if isinstance(batch, (tuple, list)) else batch.to(device)
 
@@ -133,6 +138,8 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
         progress: show a live status line (never left in a notebook's stored output).
         loss_fn: ``loss_fn(model, batch) -> scalar loss`` for models that are not next-token
             predictors (e.g. a tagger); default: :func:`~tfmini.losses.batch_loss` with ``pad_id`` and ``label_smoothing``.
+            It may also return ``(loss, count)``, its mean over ``count`` scored tokens, which
+            data-parallel training needs to weight the ranks by their tokens (see below).
         schedule, total_steps: the learning-rate shape after the warm-up (see :func:`~tfmini.schedules.warmup_schedule`);
             with ``schedule="cosine"``, ``total_steps`` defaults to ``steps``, or without ``steps`` to
             ``epochs * len(batches)``.
@@ -142,7 +149,10 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
     from ``batches`` and trains on its slice (:func:`tfmini.distributed.shard`). The default loss is
     each rank's sum of token losses divided by the global number of target tokens (times the number
     of ranks, which DDP's gradient average divides out), so a step equals a single-process step on the
-    whole global batch. A custom ``loss_fn`` is averaged over ranks, as DDP does; it
+    whole global batch. A custom ``loss_fn`` that returns ``(loss, count)`` is scaled the same way, by
+    its tokens: ``loss * count`` over the global count. One that returns only its mean is weighted
+    by the rank's share of the batch's rows, which equals the token weighting when every row has as
+    many scored tokens (not, for example, with padding or random masking: return the count then). It
     receives the DDP wrapper, whose ``.module`` is ``model``. Only rank 0 shows
     progress; the history is the same on every rank.
 
@@ -187,10 +197,15 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
             for batch in batches:
                 batch = _to(batch, device)
                 if parallel:
-                    loss, logged = distributed._data_parallel_loss(net, distributed.shard(batch, rank, world), world,
-                                                       pad_id, label_smoothing, loss_fn)
+                    part = distributed.shard(batch, rank, world)
+                    rows = (_rows(part), _rows(batch))
+                    loss, logged = distributed._data_parallel_loss(net, part, world, pad_id, label_smoothing,
+                                                                   loss_fn, rows)
+                elif loss_fn is not None:
+                    loss = distributed._custom_loss(loss_fn(model, batch))[0]
+                    logged = loss
                 else:
-                    loss = loss_fn(model, batch) if loss_fn else batch_loss(model, batch, pad_id, label_smoothing)
+                    loss = batch_loss(model, batch, pad_id, label_smoothing)
                     logged = loss
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -231,6 +246,14 @@ def fit(model: nn.Module, batches, *, steps: Optional[int] = None, epochs: Optio
 
 
 # What lived in this module before it was split, importable from here as before (tfmini.train.evaluate...).
-from .checkpoint import fit_or_load  # noqa: E402,F401  (imports this module: keep it last)
 from .evaluation import evaluate, evaluate_by_length, sequence_accuracy, token_accuracy  # noqa: E402,F401
 from .schedules import transformer_lr  # noqa: E402,F401  (batch_loss and warmup_schedule: imported above)
+
+
+def __getattr__(name: str):
+    """``tfmini.train.fit_or_load``, looked up when asked for: :mod:`tfmini.checkpoint` imports this
+    module, so importing it here would make the two modules import each other."""
+    if name == "fit_or_load":
+        from .checkpoint import fit_or_load
+        return fit_or_load
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
