@@ -67,7 +67,7 @@ def main() -> int:
 
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", ATEN_CPU_CAPABILITY="avx2",
-               MKL_ENABLE_INSTRUCTIONS="AVX2", TFMINI_FULL="1", TFMINI_CACHE=tempfile.mkdtemp(prefix="tfmini-cache-"))
+               MKL_ENABLE_INSTRUCTIONS="AVX2", TFMINI_FULL="0", TFMINI_CACHE=tempfile.mkdtemp(prefix="tfmini-cache-"))
     seconds = runtimes.recorded()
     order = sorted(notebooks, key=lambda p: -seconds.get(p.name, max(seconds.values(), default=0)))
     start, failed = time.monotonic(), []

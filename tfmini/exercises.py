@@ -1666,7 +1666,7 @@ def stub(name: str) -> str:
         name: an exercise, one of :func:`names`.
 
     Returns:
-        Python source: an import of :func:`check`, the stub with a docstring, and ``check(name, fn)``.
+        the cell's code (an import of :func:`check`, the stub with a docstring, and ``check(name, fn)``).
 
     Raises:
         ValueError: an unknown ``name`` (the message lists the names).
