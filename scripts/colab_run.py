@@ -97,7 +97,9 @@ try:
 except ImportError:
     _google = _sys.modules["google"] = _types.ModuleType("google")
 _sys.modules["google.colab"] = _google.colab = _types.ModuleType("google.colab")
-del _sys, _types, _google
+import importlib.machinery as _machinery  # a spec, as an imported module has (accelerate looks for it)
+_google.colab.__spec__ = _machinery.ModuleSpec("google.colab", None)
+del _sys, _types, _google, _machinery
 """
 # Kernel startup file for --nbval only: the committed outputs hold the values that `glue` records for
 # the book (myst_nb's glue: a display_data output of mime type application/papermill.record/...). Colab
