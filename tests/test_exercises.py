@@ -574,6 +574,9 @@ def test_every_exercise_has_at_least_five_wrong_implementations():
 
 @pytest.mark.parametrize("name, label, fn, phrase", CASES, ids=[f"{n}-{label}" for n, label, _, _ in CASES])
 def test_wrong_implementation_is_rejected_with_its_symptom(capsys, name, label, fn, phrase):
+    from tfmini.exercises import _half_softmax
+    if name == "masked_softmax" and "float16" in label and not _half_softmax():
+        pytest.skip(f"torch {torch.__version__} has no float16 softmax on the CPU: the float16 case is not run")
     ok, out = verdict(capsys, name, fn)
     assert ok is False, out
     assert out.startswith("Not yet"), out

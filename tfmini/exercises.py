@@ -368,8 +368,16 @@ def _masked_softmax_cases():
         ("padding mask (B, 1, S) broadcast over the queries", _randn(g, 2, 3, 5), pad),
         ("a fully masked row (query 1 may attend to nothing)", _randn(g, 3, 4), full),
         ("one key (S = 1)", _randn(g, 2, 1), torch.ones(2, 1, dtype=torch.bool)),
-        ("float16 scores", half, half_mask),
-    ]
+    ] + ([("float16 scores", half, half_mask)] if _half_softmax() else [])
+
+
+def _half_softmax() -> bool:
+    """Whether this torch has a float16 softmax on the CPU (torch 2.1 has none: the case is skipped)."""
+    try:
+        torch.zeros(2, dtype=torch.float16).softmax(-1)
+    except RuntimeError:
+        return False
+    return True
 
 
 @_exercise(
