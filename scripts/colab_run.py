@@ -5,10 +5,12 @@
     python scripts/colab_run.py --jobs 2            # two notebooks at a time, one thread each
     python scripts/colab_run.py --jobs 2 --record   # time a reader's default run: intro.md's "Default run" column
     python scripts/colab_run.py --prepare           # only build .venv-colab (scripts/test.sh starts it early)
-    python scripts/colab_run.py --nbval --jobs 2    # stage 3 of scripts/test.sh: a reader's default run,
+    python scripts/colab_run.py --nbval --jobs 2    # a reader's default run,
                                                     # every output compared with the committed one
     python scripts/colab_run.py --full --jobs 2     # and every study computed in full (TFMINI_FULL=1), in
                                                     # the chapters that have studies: it must run and assert
+    python scripts/colab_run.py --nbval --full --jobs 2   # both in one pool of workers, longest first:
+                                                    # stage 3 of scripts/test.sh
 
 What a reader who opens a chapter in Colab has, and what this script recreates locally:
 
@@ -267,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="execute with strict nbval: also compare every output with the committed one")
     parser.add_argument("--full", action="store_true",
                         help="compute every study (TFMINI_FULL=1, as the book's execution does); default: a "
-                             "reader's quick run, in which the slow studies show their recorded results")
+                             "reader's quick run, in which the slow studies show their recorded results. "
+                             "With --nbval: both, in one pool of workers (every notebook's default run "
+                             "compared, and each chapter with studies run once more in full)")
     parser.add_argument("--record", action="store_true",
                         help="write each notebook's time into intro.md's 'Default run' column (not with --full)")
     args = parser.parse_args(argv)
@@ -279,11 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs: expected >= 1, got {args.jobs}")
     notebooks = [p.resolve() for p in args.notebooks] or sorted(folder.glob("*.ipynb"))
-    if args.full and not args.notebooks:  # the chapters whose full run differs from the default one
-        notebooks = [p for p in notebooks if "study(" in p.read_text(encoding="utf-8")]
     if missing := [str(p) for p in notebooks if not p.is_file()]:
         parser.error(f"no such notebook: {', '.join(missing)}")
-    if not notebooks:
+    with_studies = [p for p in notebooks if "study(" in p.read_text(encoding="utf-8")]
+    # the runs: (notebook, mode); "nbval" = a reader's default run, compared; "full" = every study
+    # computed, asserts checked; "default" = a reader's default run, not compared
+    if args.nbval and args.full:
+        runs_wanted = [(p, "full") for p in with_studies] + [(p, "nbval") for p in notebooks]
+    elif args.full:
+        # the chapters whose full run differs from the default one (all given ones, if named)
+        runs_wanted = [(p, "full") for p in (notebooks if args.notebooks else with_studies)]
+    else:
+        runs_wanted = [(p, "nbval" if args.nbval else "default") for p in notebooks]
+    if not runs_wanted:
         print(f"colab: no notebooks in {folder.relative_to(ROOT)}/")
         return 0
 
@@ -292,29 +304,40 @@ def main(argv: list[str] | None = None) -> int:
     start, failed, timed = time.perf_counter(), 0, {}
     with tempfile.TemporaryDirectory(prefix="tfmini-colab-") as name:
         env = shared_env(Path(name))
-        env["TFMINI_FULL"] = "1" if args.full else "0"
         if args.jobs > 1:
             env.update({var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-        # Longest first (by the run times in intro.md's table, else by file size), so that the workers
-        # finish close together.
-        seconds = runtimes.recorded()
-        order = sorted(notebooks, key=lambda p: (-seconds.get(p.name, 0), -p.stat().st_size)) if args.jobs > 1 else notebooks
+        # Longest first (full runs by intro.md's "Full run" column, default runs by its "Default run"
+        # column, else a third of the full run), so that the workers finish close together.
+        full_s, default_s = runtimes.recorded(), runtimes.recorded(column="default")
+
+        def expected(run):
+            path, mode = run
+            if mode == "full":
+                return full_s.get(path.name, 0)
+            return default_s.get(path.name, full_s.get(path.name, 0) // 3)
+
+        order = sorted(runs_wanted, key=lambda r: (-expected(r), -r[0].stat().st_size)) if args.jobs > 1 else runs_wanted
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            job = compare_notebook if args.nbval else run_notebook
-            runs = {pool.submit(job, path, env, Path(name)): path for path in order}
-            for done in concurrent.futures.as_completed(runs):
-                path = runs[done]
+            futures = {}
+            for path, mode in order:
+                job = compare_notebook if mode == "nbval" else run_notebook
+                futures[pool.submit(job, path, {**env, "TFMINI_FULL": "1" if mode == "full" else "0"},
+                                    Path(name))] = (path, mode)
+            for done in concurrent.futures.as_completed(futures):
+                path, mode = futures[done]
                 ok, seconds, error = done.result()
                 failed += not ok
-                if ok:
+                if ok and mode != "full":
                     timed[path.name] = seconds
                 shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-                print(f"colab: {str(shown):45} {seconds:7.1f} s  {'ok' if ok else 'FAILED  ' + error}", flush=True)
+                tag = {"nbval": "default, compared", "full": "full", "default": "default"}[mode]
+                print(f"colab: {str(shown):45} {tag:17} {seconds:7.1f} s  {'ok' if ok else 'FAILED  ' + error}",
+                      flush=True)
     total = time.perf_counter() - start
     if args.record and timed:
         runtimes.record(timed, column="default")
         print(f"colab: default-run times of {len(timed)} notebook(s) written to intro.md")
-    print(f"colab: {len(notebooks) - failed} of {len(notebooks)} notebook(s) passed in {total:.1f} s")
+    print(f"colab: {len(runs_wanted) - failed} of {len(runs_wanted)} run(s) passed in {total:.1f} s")
     return 1 if failed else 0
 
 

@@ -4,6 +4,7 @@ This is the only way notebook outputs are produced: never edit outputs by hand.
 
     python scripts/execute.py                      # every chapters/*.ipynb
     python scripts/execute.py chapters/03_x.ipynb  # only the given notebooks
+    python scripts/execute.py --recorded chapters/12_x.ipynb  # studies read their recordings (below)
 
 Each notebook runs top to bottom in a fresh python3 kernel of *this* Python environment (not
 whatever kernel a user-level kernelspec points to), with the notebook's folder as working directory
@@ -18,6 +19,11 @@ nbval). The notebook is then written back with
 
 so that executing an unchanged notebook twice gives no diff. Each notebook's execution time is
 written into intro.md's table of run times (scripts/runtimes.py); no notebook times itself.
+
+Every study (``tfmini.notebook.study``) is computed and recorded (``TFMINI_FULL=1``). With
+``--recorded`` the studies read what the last full execution recorded instead (``TFMINI_FULL=0``), and
+their cells say so: for a chapter whose study code did not change since (a new exercise cell, a
+corrected sentence). Such a run is not a full run, so intro.md's table is left as it is.
 """
 
 from __future__ import annotations
@@ -144,6 +150,8 @@ def execute(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: chapters/*.ipynb)")
+    parser.add_argument("--recorded", action="store_true",
+                        help="studies read their recorded results (TFMINI_FULL=0); intro.md is left as it is")
     args = parser.parse_args(argv)
 
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"
     # The book shows every study computed in full (tfmini.notebook.full_run); the results of the slow
     # ones are recorded for a reader's quick default run (tfmini.notebook.study).
-    os.environ["TFMINI_FULL"] = "1"
+    os.environ["TFMINI_FULL"] = "0" if args.recorded else "1"
     # Threads that wait for work sleep instead of spinning: on a machine busy with other processes,
     # spinning OpenMP threads make every small operation of the RNN chapters a hundred times slower.
     # It changes no result (the number of threads, and so every sum's order, stays the same).
@@ -183,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"execute: {shown} done in {elapsed:.1f} s", flush=True)
     print(f"execute: {len(notebooks)} notebook(s) in {sum(measured.values()):.1f} s")
     # The landing page's table of run times, from this run's clock (rows of other chapters stay).
-    runtimes.record(measured)
+    if not args.recorded:
+        runtimes.record(measured)
     return 0
 
 

@@ -3,8 +3,8 @@
 #   1. unit tests of tfmini and of the repository (pytest tests)
 #   2. the same unit tests with the oldest versions that pyproject.toml allows (scripts/test_minimums.sh, .venv-min/)
 #   3. every notebook as on Colab, checked by strict nbval in a reader's default run (scripts/colab_run.py
-#      --nbval), then the chapters with studies run once more with every study computed in full
-#      (--full, TFMINI_FULL=1, asserts checked, outputs not compared): alone in an empty
+#      --nbval --full), and, in the same pool of workers, the chapters with studies run once more with
+#      every study computed in full (TFMINI_FULL=1, asserts checked, outputs not compared): alone in an empty
 #      folder, in a fresh environment with another torch than the pin, tfmini installed by the notebook's own
 #      setup cell, each output compared with the committed one; one execution per notebook; then the
 #      chapters whose run is under two minutes run twice in one kernel (scripts/run_twice.py)
@@ -100,20 +100,19 @@ wait_for "$TFMINI_MINIMUMS_PID" "$TFMINI_LOGS/minimums.log"
 bash scripts/test_minimums.sh
 stage_done "minimum versions"
 
-stage "3/5 notebooks: python scripts/colab_run.py --nbval --jobs 2, then --full (each alone, as Colab runs it, outputs compared)"
+stage "3/5 notebooks: python scripts/colab_run.py --nbval --full --jobs 2 (each alone, as Colab runs it: default runs compared, studies computed)"
 # Strict nbval, as on Colab. The kernels draw figures inline (no MPLBACKEND) and run on the AVX2 paths of
 # PyTorch and MKL: trained numbers depend on the CPU's floating-point paths (AVX-512 and AVX2 kernels
 # round differently), so an output that depends on them would pass on some machines and fail on others;
 # on the AVX2 paths such an output fails everywhere, every time. Such cells are NBVAL_IGNORE_OUTPUT and
 # assert what matters. Each notebook gets an empty checkpoint folder, as a Colab reader has.
 wait_for "$TFMINI_COLAB_PID" "$TFMINI_LOGS/colab.log"
-# a reader's default run of every chapter, each output compared with the committed one (a study shows its
-# recorded results, so what follows it prints exactly what the book's full execution printed) ...
-python scripts/colab_run.py --nbval --jobs 2
-# ... and every study computed in full (TFMINI_FULL=1), as the book's execution computes it: the chapters
-# that have studies run to the end and every assert holds (their trained numbers can round differently
-# on this CPU, so these outputs are not compared)
-python scripts/colab_run.py --full --jobs 2
+# In one pool of two workers, longest first: a reader's default run of every chapter, each output
+# compared with the committed one (a study shows its recorded results, so what follows it prints exactly
+# what the book's full execution printed), and every study computed in full (TFMINI_FULL=1), as the
+# book's execution computes it: the chapters that have studies run to the end and every assert holds
+# (their trained numbers can round differently on this CPU, so these outputs are not compared).
+python scripts/colab_run.py --nbval --full --jobs 2
 # A reader re-runs cells: every chapter whose default run is under two minutes runs "Run all" twice in
 # one kernel, and the second run must raise nothing and print what the first printed.
 python scripts/run_twice.py --under 120 --jobs 2

@@ -13,8 +13,11 @@ from tfmini import exercises as ex
 
 
 def verdict(capsys, name, fn):
+    """check's return value and its printed verdict, with the wrapped lines joined again."""
     ok = ex.check(name, fn)
-    return ok, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert all(len(line) <= ex.WIDTH for line in out.splitlines()), out   # fits a page's column
+    return ok, " ".join(out.split())
 
 
 def reference(name):
@@ -596,6 +599,8 @@ def test_stub_is_not_attempted_yet(capsys, name):
     exec(ex.stub(name).replace("from tfmini.exercises import check, hint, solution", ""),
          {"check": ex.check, **namespace})
     out = capsys.readouterr().out
+    assert all(len(line) <= ex.WIDTH for line in out.splitlines()), out
+    out = " ".join(out.split())
     assert "not attempted yet" in out and "Traceback" not in out, out
 
 

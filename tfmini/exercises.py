@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
@@ -1586,6 +1587,18 @@ def signature(name: str) -> str:
     return f"{e.signature}\n\n{e.doc}"
 
 
+WIDTH = 100  # a verdict's lines fit a book page's code column and a notebook's output area
+
+
+def _say(text: str) -> None:
+    """Print ``text`` with each line wrapped to :data:`WIDTH` characters (continuations indented)."""
+    lines = []
+    for line in text.split("\n"):
+        lines += textwrap.wrap(line, WIDTH, subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False) or [""]
+    print("\n".join(lines))
+
+
 def check(name: str, fn: Callable) -> bool:
     """Run ``fn`` on the exercise's cases and print a verdict.
 
@@ -1615,21 +1628,21 @@ def check(name: str, fn: Callable) -> bool:
             torch.manual_seed(0)
             passed = e.checker(fn)
     except NotImplementedError:
-        print(f"{name}: not attempted yet. Replace `raise NotImplementedError` with your code and run the check "
+        _say(f"{name}: not attempted yet. Replace `raise NotImplementedError` with your code and run the check "
               f"again; hint({name!r}) gives a hint.")
         return False
     except _Fail as failure:
-        print(f"Not yet - {name}: {failure}\nhint({name!r}) gives a hint, solution({name!r}) shows a reference.")
+        _say(f"Not yet - {name}: {failure}\nhint({name!r}) gives a hint, solution({name!r}) shows a reference.")
         return False
     except _Raised as raised:
         extra = e.error_hint(raised.exc) if e.error_hint else None
-        print(f"Not yet - {name}: in {raised.case}, your function raised "
+        _say(f"Not yet - {name}: in {raised.case}, your function raised "
               f"{type(raised.exc).__name__}: {raised.exc}" + (f"\n{extra}" if extra else "")
               + f"\nhint({name!r}) gives a hint, solution({name!r}) shows a reference.")
         return False
     finally:
         torch.set_num_threads(threads)
-    print(f"Correct - {name} passes all {len(passed)} cases: {'; '.join(passed)}.")
+    _say(f"Correct - {name} passes all {len(passed)} cases: {'; '.join(passed)}.")
     return True
 
 

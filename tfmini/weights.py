@@ -35,6 +35,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,20 @@ def _require_hf(name: str) -> None:
 
 
 @contextlib.contextmanager
+def _no_tqdm_notebook_warning():
+    """While ``transformers`` is imported in a notebook without ``ipywidgets``: no "IProgress not
+    found" warning from ``tqdm.auto`` (it names the reader's own site-packages folder, so a notebook's
+    recorded output would differ from machine to machine). Progress bars are turned off anyway."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        try:
+            import tqdm.auto  # noqa: F401  (imported here, under the filter, once)
+        except ImportError:  # pragma: no cover - tqdm comes with transformers
+            pass
+        yield
+
+
+@contextlib.contextmanager
 def _quiet_gguf_read_once():
     """While ``transformers`` loads a GGUF file: parse it once, not three times (config, tokenizer,
     weights: each parse reads 100,000 vocabulary strings in Python), build gguf's tensor-name map once,
@@ -231,8 +246,9 @@ def smollm2() -> Tuple[object, object]:
     """
     path = checkpoint_path("smollm2")
     _require_hf("smollm2")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging
+    with _no_tqdm_notebook_warning():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging
 
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # GGUF loading reports each tensor it dequantises
@@ -270,8 +286,9 @@ def minilm() -> Tuple[object, object]:
     """
     folder = checkpoint_path("minilm")
     _require_hf("minilm")
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging
+    with _no_tqdm_notebook_warning():
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging
 
     bar = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()
