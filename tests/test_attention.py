@@ -579,8 +579,19 @@ def test_grouped_query_attention_reads_key_value_heads_in_place(case, gqa_kernel
             raise AssertionError("the key/value heads were repeated")
 
         monkeypatch.setattr(torch.Tensor, "repeat_interleave", refuse)
+        kernel, calls = F.scaled_dot_product_attention, []
+
+        def spy(q_, k_, v_, *args, **kwargs):  # what the fused kernel is given
+            calls.append((q_.shape, k_.shape, kwargs.get("enable_gqa", False)))
+            return kernel(q_, k_, v_, *args, **kwargs)
+
+        monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
         got, _ = mha.attend(q, k, v, mask, is_causal=is_causal)
     monkeypatch.undo()
+    assert len(calls) == 1 and calls[0][1][1] == G  # one call, on the G key/value heads as they are
+    assert calls[0][2] == gqa_kernel  # enable_gqa where torch has it; the fallback folds heads into rows
+    if not gqa_kernel:
+        assert calls[0][0] == (B, G, H // G * T, Dh)
     assert_close(got, expected, rtol=1e-5, atol=1e-6)
     if case == "padding-with-empty-row":  # every head gives zeros: the output is out_proj's bias
         assert_close(got[0, 2], mha.out_proj.bias.detach(), rtol=0, atol=1e-6)

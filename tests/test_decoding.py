@@ -450,6 +450,35 @@ def test_beam_search_batch_equals_each_row_alone(kind, alpha):
         assert torch.equal(batch[b, :len(alone)], alone) and (batch[b, len(alone):] == PAD).all(), (b, batch[b], alone)
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_search_ragged_left_padded_prompts_equal_each_prompt_alone(alpha):
+    """Prompts of different lengths, padded on the left with an attention mask: each row's beam search
+    ends as it does alone, whatever the other rows do and however long they run (each row has its own
+    done flag, so a length penalty cannot let a longer-running neighbour change its result)."""
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(tiny_config(True, "rope")).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+        model.decoder.embed.embedding.weight[EOS] *= 2.0  # (tied) EOS more likely: some rows end early
+    prompts, mask = left_padded([2, 5, 3, 1], 5, seed=3)
+    batch = beam_search(model, prompts, 10, beam_size=3, eos_id=EOS, pad_id=PAD, length_penalty=alpha,
+                        attention_mask=mask)
+    ends = []
+    for b, n in enumerate(mask.sum(1).tolist()):
+        alone = beam_search(model, prompts[b:b + 1, 5 - n:], 10, beam_size=3, eos_id=EOS, pad_id=PAD,
+                            length_penalty=alpha)[0]
+        assert torch.equal(batch[b, :len(alone)], alone) and (batch[b, len(alone):] == PAD).all(), (b, batch[b], alone)
+        ends.append(len(alone))
+    assert len(set(ends)) > 1  # not vacuous: the rows end at different lengths
+
+
+def test_beam_search_attention_mask_needs_a_decoder_only_model():
+    model, src = make("transformer")
+    with pytest.raises(ValueError, match=r"attention_mask: expected a model whose start_decoding takes one .*Transformer"):
+        beam_search(model, src, 3, bos_id=BOS, attention_mask=torch.ones_like(src))
+
+
 # --------------------------------------------------------------------------------------------- select_batch
 
 def test_select_batch_on_nested_state():

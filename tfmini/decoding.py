@@ -270,7 +270,7 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = None, beam_size: int = 4,
                 bos_id: Optional[int] = None, eos_id: Optional[int] = None, pad_id: int = 0,
                 length_penalty: float = 0.0, use_cache: bool = True, *,
-                max_len: Optional[int] = None) -> torch.Tensor:
+                max_len: Optional[int] = None, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""Keep the ``beam_size`` most probable unfinished prefixes at every step; return the best finished one.
 
     A hypothesis is scored by its total log-probability divided by the length penalty
@@ -296,6 +296,8 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
         bos_id, eos_id, pad_id: as in :func:`greedy_decode`.
         length_penalty: the exponent :math:`\alpha` above.
         use_cache: reuse keys and values of earlier positions (same result, less work).
+        attention_mask: ``(B, P)``, 1 = real token: prompts of different lengths padded on the left,
+            as in :func:`generate` (decoder-only models); each row is searched as it would be alone.
 
     Returns:
         the best hypothesis per batch element, ``(B, L)``, padded with ``pad_id`` after its EOS.
@@ -306,7 +308,10 @@ def beam_search(model, inputs: torch.Tensor, max_new_tokens: Optional[int] = Non
     if beam_size < 1:
         raise ValueError(f"beam_size: expected >= 1, got {beam_size}")
     steps = _new_tokens(max_new_tokens, max_len)  # the number of tokens to generate
-    state, ys = _start(model, inputs, bos_id)
+    mask = None
+    if attention_mask is not None and isinstance(inputs, torch.Tensor):  # bad inputs: _start names them
+        mask = _left_padding(model, attention_mask, inputs, "inputs")
+    state, ys = _start(model, inputs, bos_id, mask)  # a mask in the state is reordered with it
     B, K, start, device = ys.shape[0], beam_size, ys.shape[1], ys.device
     room = _room(model, start)
     if room is not None:
@@ -399,11 +404,16 @@ def _ragged_loop(model, prompt: torch.Tensor, lengths: torch.Tensor, max_new: in
     return seq[:, :t + 1]
 
 
-def _left_padding(mask, prompt_ids: torch.Tensor) -> Optional[torch.Tensor]:
-    """Check a Hugging Face attention mask of left-padded prompts; return it as bool, or None when it has no padding."""
+def _left_padding(model, mask, prompt_ids: torch.Tensor, name: str = "prompt_ids") -> Optional[torch.Tensor]:
+    """Check a Hugging Face attention mask of left-padded prompts (and that the model takes one); return
+    it as bool, or None when it has no padding. Errors name the prompts ``name``."""
+    start_decoding = getattr(model, "start_decoding", None)
+    if start_decoding is None or "attention_mask" not in inspect.signature(start_decoding).parameters:
+        raise ValueError(f"attention_mask: expected a model whose start_decoding takes one (e.g. DecoderOnlyLM), "
+                         f"got {type(model).__name__}")
     if not isinstance(mask, torch.Tensor) or mask.shape != prompt_ids.shape:
         got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"attention_mask: expected shape {tuple(prompt_ids.shape)} as prompt_ids, got {got}")
+        raise ValueError(f"attention_mask: expected shape {tuple(prompt_ids.shape)} as {name}, got {got}")
     if mask.dtype != torch.bool:
         if mask.dtype.is_floating_point or mask.dtype.is_complex or bool(((mask != 0) & (mask != 1)).any()):
             raise ValueError(f"attention_mask: expected bool or integer 0/1 values (1 = real token), got {mask.dtype} "
@@ -497,10 +507,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: Optional[int] = No
         if prompt_lengths is not None:
             raise ValueError("prompt_lengths: expected None with attention_mask (left padding) or the other way "
                              "round (right padding), got both")
-        if "attention_mask" not in inspect.signature(model.start_decoding).parameters:
-            raise ValueError(f"attention_mask: expected a model whose start_decoding takes one (e.g. DecoderOnlyLM), "
-                             f"got {type(model).__name__}")
-        mask = _left_padding(attention_mask, prompt_ids)
+        mask = _left_padding(model, attention_mask, prompt_ids)
     if prompt_lengths is not None:
         lengths = torch.as_tensor(prompt_lengths)
         if lengths.shape != (prompt_ids.shape[0],) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
