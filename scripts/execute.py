@@ -5,6 +5,7 @@ This is the only way notebook outputs are produced: never edit outputs by hand.
     python scripts/execute.py                      # every chapters/*.ipynb
     python scripts/execute.py chapters/03_x.ipynb  # only the given notebooks
     python scripts/execute.py --recorded chapters/12_x.ipynb  # studies read their recordings (below)
+    python scripts/execute.py --pin                # only re-point the setup cells at v<version>
 
 Each notebook runs top to bottom in a fresh python3 kernel of *this* Python environment (not
 whatever kernel a user-level kernelspec points to), with the notebook's folder as working directory
@@ -150,6 +151,9 @@ def execute(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: chapters/*.ipynb)")
+    parser.add_argument("--pin", action="store_true",
+                        help="only point each setup cell's install at the release tag v<version> (after a "
+                             "version bump); nothing is executed, no output changes")
     parser.add_argument("--recorded", action="store_true",
                         help="studies read their recorded results (TFMINI_FULL=0); intro.md is left as it is")
     args = parser.parse_args(argv)
@@ -161,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in notebooks if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
+    if args.pin:
+        for path in notebooks:
+            nb = nbformat.read(path, as_version=4)
+            pin_install(nb, f"v{version()}")
+            nbformat.write(nb, path)
+        print(f"execute: {len(notebooks)} notebook(s) now install tfmini v{version()}")
+        return 0
 
     # A notebook kernel must show figures inline: ipykernel selects the inline backend only when
     # MPLBACKEND is unset, so a non-interactive backend set for scripts must not leak into kernels.

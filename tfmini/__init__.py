@@ -30,4 +30,4 @@ from .schedules import transformer_lr, warmup_schedule
 
 from . import distributed, notebook, plot, weights
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
