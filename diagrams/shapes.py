@@ -124,7 +124,7 @@ def bahdanau_step() -> dict:
 def soft_lookup() -> dict:
     """Chapter 3: the legs table as keys and values, and a query halfway between 'cat' and 'ant'."""
     legs = assigned(3, "legs")
-    beta = assigned(3, "beta")
+    beta = assigned(3, "beta_legs")
     words = list(legs)
     K = torch.eye(len(words))                                   # one-hot keys, as the chapter builds them
     V = torch.tensor([[float(legs[w])] for w in words])
@@ -207,8 +207,10 @@ def masks() -> dict:
 @functools.cache
 def decoder_layer() -> dict:
     """Chapter 8: tfmini.DecoderLayer with the chapter's sizes, memory from a source of S positions."""
-    T, S, D, H, d_ff = assigned(8, "T_layer, S, D, H, d_ff")
-    B, _ = assigned(8, "B, H")
+    T, d_ff = assigned(8, "T_layer, d_ff")
+    D, _ = assigned(8, "D, d_kc")
+    B, H = assigned(8, "B, H")
+    S = len(assigned(8, "src_words"))  # the cross-attention example's source
     layer = tfmini.DecoderLayer(D, H, d_ff)
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
     with Recorder({"ffn_hidden": layer.ff.linear1}) as rec, torch.no_grad():
@@ -309,7 +311,8 @@ def modern_block() -> dict:
     The configuration is the chapter's ``LLAMA`` options with its ``CONTEXT`` and ``BATCH``; the
     vocabulary (the characters of the chapter's text) does not change any shape inside a block, so a
     stand-in size is used."""
-    options, T, B = assigned(16, "LLAMA"), assigned(16, "CONTEXT"), assigned(16, "BATCH")
+    options = assigned(16, "LLAMA")
+    T, B, *_ = assigned(16, "CONTEXT, BATCH, STEPS, LR, SEEDS")
     model = tfmini.DecoderOnlyLM(tfmini.TransformerConfig(100, max_len=T, **options)).eval()
     layer, cfg = model.decoder.layers[0], model.cfg
     with torch.no_grad():

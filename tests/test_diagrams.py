@@ -110,8 +110,10 @@ def expected_block():
 
 
 def expected_decoder_layer():
-    T, S, D, H, d_ff = assigned(8, "T_layer, S, D, H, d_ff")
-    B, _ = assigned(8, "B, H")
+    T, d_ff = assigned(8, "T_layer, d_ff")
+    D, _ = assigned(8, "D, d_kc")
+    B, H = assigned(8, "B, H")
+    S = len(assigned(8, "src_words"))
     layer = tfmini.DecoderLayer(D, H, d_ff)
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
     out, w = layer(x, memory, need_weights=True, is_causal=True)
