@@ -306,15 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         env = shared_env(Path(name))
         if args.jobs > 1:
             env.update({var: "1" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-        # Longest first (full runs by intro.md's "Full run" column, default runs by its "Default run"
-        # column, else a third of the full run), so that the workers finish close together.
+        # Longest first (full runs by intro.md's "Full run" column; default runs by its "Default run"
+        # column, else by the full run, which is the default run in a chapter without studies and
+        # taken as three times it in one with studies), so that the workers finish close together.
         full_s, default_s = runtimes.recorded(), runtimes.recorded(column="default")
 
         def expected(run):
             path, mode = run
-            if mode == "full":
-                return full_s.get(path.name, 0)
-            return default_s.get(path.name, full_s.get(path.name, 0) // 3)
+            if mode == "full" or path.name in default_s:
+                return full_s.get(path.name, 0) if mode == "full" else default_s[path.name]
+            return full_s.get(path.name, 0) // (3 if path in with_studies else 1)
 
         order = sorted(runs_wanted, key=lambda r: (-expected(r), -r[0].stat().st_size)) if args.jobs > 1 else runs_wanted
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
