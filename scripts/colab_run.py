@@ -313,8 +313,10 @@ def main(argv: list[str] | None = None) -> int:
 
         def expected(run):
             path, mode = run
-            if mode == "full" or path.name in default_s:
-                return full_s.get(path.name, 0) if mode == "full" else default_s[path.name]
+            if mode == "full":
+                return full_s.get(path.name, 0)
+            if path.name in default_s:
+                return default_s[path.name]
             return full_s.get(path.name, 0) // (3 if path in with_studies else 1)
 
         order = sorted(runs_wanted, key=lambda r: (-expected(r), -r[0].stat().st_size)) if args.jobs > 1 else runs_wanted
